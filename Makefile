@@ -1,0 +1,46 @@
+# Every target sets itself up idempotently: a .venv in the repo and, when running as
+# root, the Debian packages the lab and the tests use.
+VENV      := .venv
+PY        := $(VENV)/bin/python
+STAMP     := $(VENV)/.installed
+DEBS      := prometheus prometheus-alertmanager fuse3 stress-ng iptables nftables
+PYTHON    ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
+
+.PHONY: setup debs demo test bench lint clean
+
+setup: debs $(STAMP)
+
+debs:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing — run: sudo apt-get install --no-install-recommends$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,host]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) bench/run_overhead.py
+	$(PY) bench/lab_startup.py
+
+lint: setup
+	$(VENV)/bin/ruff check gameday faults verifiers tests bench
+	$(VENV)/bin/mypy
+
+clean:
+	-$(VENV)/bin/gameday lab down 2>/dev/null
+	rm -rf .gameday journals

@@ -1,0 +1,1 @@
+"""Fault actions: Chaos Toolkit activities that inject faults through agents."""

@@ -1,0 +1,55 @@
+"""One error base for gameday, with specific subclasses.
+
+User-facing errors are one line: what was wrong, where (file, key path, line) and
+what to do. The CLI prints ``str(error)`` and exits with ``error.exit_code``.
+"""
+
+
+class GamedayError(Exception):
+    """Base of every error gameday raises on purpose."""
+
+    exit_code = 1
+
+
+class InvalidInput(GamedayError):
+    """The user's input (experiment, playbook, argument) is wrong; nothing was injected."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, path: str | None = None,
+                 line: int | None = None) -> None:
+        self.file = file
+        self.path = path
+        self.line = line
+        where = ""
+        if file:
+            where = file + (f":{line}" if line else "")
+        if path:
+            where = f"{where}: {path}" if where else path
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class BlastRadiusExceeded(InvalidInput):
+    """The resolved targets exceed the experiment's blast radius; nothing was injected."""
+
+
+class TargetUnavailable(GamedayError):
+    """A target (lab, agent, cluster) cannot be reached or resolved."""
+
+    exit_code = 2
+
+
+class AgentError(GamedayError):
+    """An agent refused or failed a request."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class FaultRejected(GamedayError):
+    """A backend refused to apply a fault (bad parameters, unsupported, out of range)."""
+
+
+class LabError(GamedayError):
+    """The embedded lab could not start, stop or answer."""

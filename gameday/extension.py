@@ -1,0 +1,108 @@
+"""The ``gameday`` experiment extension (DESIGN §4), parsed into typed values."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gameday.errors import InvalidInput
+
+COVERAGE_LAYERS = ("device", "node", "container", "service", "network", "storage")
+DEFAULT_LEASE_S = 30.0
+
+
+@dataclass(frozen=True)
+class BlastRadius:
+    max_gpus: int | None = None
+    max_nodes: int | None = None
+
+
+@dataclass(frozen=True)
+class Slo:
+    rto_s: float | None = None
+    rpo_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class Extension:
+    target: str | None = None
+    coverage: Mapping[str, str] = field(default_factory=dict)
+    blast_radius: BlastRadius = BlastRadius()
+    slo: Slo = Slo()
+    lease_s: float = DEFAULT_LEASE_S
+    present: bool = False
+
+
+_KNOWN_KEYS = {"name", "target", "coverage", "blast_radius", "slo", "lease_s"}
+
+
+def _number(value: Any, path: str, *, minimum: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            integer and not isinstance(value, int)):
+        raise InvalidInput(f"must be {'an integer' if integer else 'a number'}, got {value!r}",
+                           path=path)
+    if value < minimum:
+        raise InvalidInput(f"must be >= {minimum}, got {value!r}", path=path)
+    return float(value)
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"must be a mapping, got {type(value).__name__}", path=path)
+    return value
+
+
+def parse_extension(experiment: Mapping[str, Any]) -> Extension:
+    """Find and validate the ``gameday`` extension; an absent one gives the defaults.
+
+    Errors carry the key path (``extensions[0].slo.rto_s``); the loader adds file and line.
+    """
+    extensions = experiment.get("extensions") or []
+    if not isinstance(extensions, list):
+        raise InvalidInput("must be a list", path="extensions")
+    for position, raw in enumerate(extensions):
+        if isinstance(raw, Mapping) and raw.get("name") == "gameday":
+            return _parse_one(raw, f"extensions[{position}]")
+    return Extension()
+
+
+def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
+    unknown = sorted(set(raw) - _KNOWN_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown key (known: {', '.join(sorted(_KNOWN_KEYS))})",
+                           path=f"{base}.{unknown[0]}")
+    target = raw.get("target")
+    if target is not None and target not in ("lab", "host", "kubernetes"):
+        raise InvalidInput(f"must be one of lab, host, kubernetes, got {target!r}",
+                           path=f"{base}.target")
+    coverage = _mapping(raw.get("coverage", {}), f"{base}.coverage")
+    layer = coverage.get("layer")
+    if layer is not None and layer not in COVERAGE_LAYERS:
+        raise InvalidInput(f"must be one of {', '.join(COVERAGE_LAYERS)}, got {layer!r}",
+                           path=f"{base}.coverage.layer")
+    blast = _mapping(raw.get("blast_radius", {}), f"{base}.blast_radius")
+    for key in blast:
+        if key not in ("max_gpus", "max_nodes"):
+            raise InvalidInput("unknown key (known: max_gpus, max_nodes)",
+                               path=f"{base}.blast_radius.{key}")
+    slo = _mapping(raw.get("slo", {}), f"{base}.slo")
+    for key in slo:
+        if key not in ("rto_s", "rpo_steps"):
+            raise InvalidInput("unknown key (known: rto_s, rpo_steps)", path=f"{base}.slo.{key}")
+
+    def optional_int(mapping: Mapping[str, Any], key: str, path: str) -> int | None:
+        if mapping.get(key) is None:
+            return None
+        return int(_number(mapping[key], f"{path}.{key}", minimum=1, integer=True))
+
+    rto = slo.get("rto_s")
+    return Extension(
+        target=target,
+        coverage={str(k): str(v) for k, v in coverage.items()},
+        blast_radius=BlastRadius(
+            max_gpus=optional_int(blast, "max_gpus", f"{base}.blast_radius"),
+            max_nodes=optional_int(blast, "max_nodes", f"{base}.blast_radius")),
+        slo=Slo(rto_s=None if rto is None else _number(rto, f"{base}.slo.rto_s", minimum=0),
+                rpo_steps=optional_int(slo, "rpo_steps", f"{base}.slo")),
+        lease_s=_number(raw.get("lease_s", DEFAULT_LEASE_S), f"{base}.lease_s", minimum=1),
+        present=True,
+    )

@@ -1,0 +1,66 @@
+"""The lease renewer: keeps every active fault's lease alive while the run lives.
+
+If the orchestrator dies, renewals stop and each agent reverts its faults when their
+leases expire. A renewal answered ``410`` means the agent already reverted the fault;
+the ledger records that as ``lost``.
+"""
+
+import threading
+
+import structlog
+
+from gameday.agent.client import AgentClient, LeaseLost
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.errors import AgentError
+from gameday.ledger import FaultEntry, Ledger
+
+log = structlog.get_logger("gameday.leases")
+
+
+class LeaseRenewer:
+    """Renews each active fault once a third of its lease has passed."""
+
+    def __init__(self, ledger: Ledger, clients: dict[str, AgentClient], *,
+                 clock: Clock = SYSTEM_CLOCK, tick_s: float = 0.2) -> None:
+        self.ledger = ledger
+        self.clients = clients
+        self.clock = clock
+        self.tick_s = tick_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="lease-renewer", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def renew_due(self) -> None:
+        """Renew every active fault whose lease is more than a third gone."""
+        now = self.clock.now()
+        for entry in self.ledger.active():
+            if entry.expires_at - now <= entry.lease_s * 2 / 3:
+                self._renew(entry)
+
+    def _renew(self, entry: FaultEntry) -> None:
+        client = self.clients.get(entry.node)
+        if client is None:
+            return
+        try:
+            fault = client.renew(entry.id, entry.lease_s)
+        except LeaseLost as lost:
+            self.ledger.record_reverted(entry.id, self.clock.now(), "lease-lost")
+            log.warning("lease lost", fault=entry.id, kind=entry.kind, error=str(lost))
+        except AgentError as exc:
+            log.warning("lease renewal failed", fault=entry.id, error=str(exc))
+        else:
+            self.ledger.record_renewed(entry.id, float(fault["expires_at"]))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.renew_due()

@@ -1,0 +1,1 @@
+"""Reports: the terminal verdict table (and, later, HTML and Markdown)."""

@@ -1,0 +1,169 @@
+"""The run session: what faults and verifiers share while one experiment runs.
+
+Chaos Toolkit calls activities as plain functions, so the session is process-global:
+the runner (or the ``gameday.controls`` module under ``chaos run``) opens one, fault
+actions inject through it, verifiers read the fault onset and record their results in
+it, and closing it reverts everything still in the ledger.
+"""
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.errors import AgentError, BlastRadiusExceeded, TargetUnavailable
+from gameday.extension import Extension
+from gameday.leases import LeaseRenewer
+from gameday.ledger import FaultEntry, Ledger
+from gameday.targets import GpuRef, Target
+from gameday.verdicts import VerifierResult
+
+log = structlog.get_logger("gameday.session")
+
+
+@dataclass
+class TimelineEvent:
+    t: float
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": self.t, "kind": self.kind, **self.detail}
+
+
+class Session:
+    """One experiment run's shared state."""
+
+    def __init__(self, *, target: Target | None = None, extension: Extension | None = None,
+                 ledger_path: Path | None = None, clock: Clock = SYSTEM_CLOCK,
+                 run_id: str | None = None) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.target = target
+        self.extension = extension or Extension()
+        self.ledger = Ledger(ledger_path, self.run_id)
+        self.clock = clock
+        self.results: list[VerifierResult] = []
+        self.golden: dict[str, Any] = {}
+        self.timeline: list[TimelineEvent] = []
+        self._lock = threading.Lock()
+        self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock)
+
+    # -- target --------------------------------------------------------------------
+    def require_target(self) -> Target:
+        if self.target is None:
+            raise TargetUnavailable(
+                "this activity needs a target: run with `gameday run --target lab` or add the "
+                "gameday extension with a target")
+        return self.target
+
+    # -- faults ----------------------------------------------------------------------
+    def check_blast_radius(self, new_gpus: list[GpuRef]) -> None:
+        """Refuse (before injecting) a fault that would take the run past its blast radius."""
+        limit = self.extension.blast_radius
+        touched = {(e.node, e.target.get("gpu")) for e in self.ledger if "gpu" in e.target}
+        touched |= {(g.node, g.index) for g in new_gpus}
+        nodes = {node for node, _ in touched}
+        if limit.max_gpus is not None and len(touched) > limit.max_gpus:
+            raise BlastRadiusExceeded(
+                f"{len(touched)} GPUs would be faulted, blast_radius.max_gpus is "
+                f"{limit.max_gpus}; nothing injected")
+        if limit.max_nodes is not None and len(nodes) > limit.max_nodes:
+            raise BlastRadiusExceeded(
+                f"{len(nodes)} nodes would be faulted, blast_radius.max_nodes is "
+                f"{limit.max_nodes}; nothing injected")
+
+    def inject(self, *, node: str, kind: str, target: dict[str, Any], params: dict[str, Any],
+               action: str = "", lease_s: float | None = None) -> FaultEntry:
+        """Apply one fault through the node's agent, under a lease, and record it."""
+        client = self.require_target().agent(node)
+        lease = float(lease_s or self.extension.lease_s)
+        fault = client.inject(kind, target, params, lease)
+        entry = FaultEntry(
+            id=str(fault["id"]), kind=kind, node=node, agent_url=client.url,
+            target=dict(target), params=dict(params),
+            injected_at=str(fault.get("injected_at", "")),
+            applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
+            lease_s=lease, action=action, details=dict(fault.get("details") or {}))
+        self.ledger.record_applied(entry)
+        self.event("fault_applied", id=entry.id, kind=kind, node=node, target=entry.target,
+                   injected_at=entry.injected_at, at=entry.applied_at)
+        self.renewer.start()
+        log.info("fault applied", id=entry.id, kind=kind, node=node, target=entry.target,
+                 injected_at=entry.injected_at)
+        return entry
+
+    def revert_all(self, reason: str = "rollback") -> list[str]:
+        """Revert every fault still active in the ledger; return one line per failure."""
+        failures: list[str] = []
+        for entry in self.ledger.active():
+            try:
+                client = self.require_target().agent(entry.node)
+                fault = client.revert(entry.id)
+                reverted_at = float(fault.get("reverted_at") or self.clock.now())
+                self.ledger.record_reverted(entry.id, reverted_at,
+                                            str(fault.get("revert_reason") or reason))
+                self.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
+            except (AgentError, TargetUnavailable) as exc:
+                failures.append(f"{entry.kind} {entry.id} on {entry.node}: {exc}")
+        return failures
+
+    def fault_onset(self) -> float | None:
+        """When the most recent fault was applied (the agent's ``applied_at``)."""
+        entries = self.ledger.entries()
+        return max((e.applied_at for e in entries), default=None)
+
+    def faulted_gpus(self) -> list[GpuRef]:
+        return [GpuRef(node=e.node, index=int(e.target["gpu"])) for e in self.ledger
+                if isinstance(e.target.get("gpu"), int)]
+
+    # -- results and timeline --------------------------------------------------------
+    def record(self, result: VerifierResult) -> None:
+        with self._lock:
+            if not result.at:
+                result.at = self.clock.now()
+            self.results.append(result)
+
+    def event(self, kind: str, **detail: Any) -> None:
+        with self._lock:
+            self.timeline.append(TimelineEvent(self.clock.now(), kind, detail))
+
+    def close(self, reason: str = "rollback") -> list[str]:
+        failures = self.revert_all(reason)
+        self.renewer.stop()
+        return failures
+
+
+_current: Session | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> Session:
+    """The active session; a bare one (no target) when called outside a run."""
+    global _current
+    with _current_lock:
+        if _current is None:
+            _current = Session()
+        return _current
+
+
+def active() -> Session | None:
+    """The session a runner or control opened, or None."""
+    with _current_lock:
+        return _current
+
+
+def activate(session: Session) -> Session:
+    global _current
+    with _current_lock:
+        _current = session
+    return session
+
+
+def deactivate() -> None:
+    global _current
+    with _current_lock:
+        _current = None

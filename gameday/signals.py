@@ -1,0 +1,75 @@
+"""Signals become interruptions that roll back (DESIGN §2, fix 1).
+
+Chaos Toolkit maps SIGTERM to an exception that a running Python activity swallows, so
+the run goes on and exits 0. Here SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`,
+a ``KeyboardInterrupt``: no activity's ``except Exception`` catches it, the toolkit
+marks the run ``interrupted`` and plays the rollbacks, and the runner exits 128+signum.
+While cleanup runs, signals are deferred (recorded, not raised) so a second Ctrl-C
+cannot cut a revert in half.
+"""
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was interrupted by a signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class SignalState:
+    """Which signal (if any) interrupted the run, and whether raising is deferred."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.deferred = False
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        if not self.deferred:
+            raise Interrupted(signum)
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.received is None else 128 + self.received
+
+
+STATE = SignalState()
+
+
+def install() -> bool:
+    """Map SIGINT/SIGTERM/SIGHUP to :class:`Interrupted` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for signum in HANDLED:
+        signal.signal(signum, STATE.handle)
+    return True
+
+
+def reset() -> None:
+    STATE.received = None
+    STATE.deferred = False
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Record signals without raising while the block (cleanup) runs."""
+    previous = STATE.deferred
+    STATE.deferred = True
+    try:
+        yield
+    finally:
+        STATE.deferred = previous

@@ -1,0 +1,54 @@
+"""Shared test helpers: run the real CLIs as subprocesses with the repo on the path."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env["GAMEDAY_HOME"] = str(tmp_path / "home")
+    env["GAMEDAY_JOURNALS"] = str(tmp_path / "journals")
+    return env
+
+
+def write_experiment(path: Path, document: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def python_activity(kind: str, name: str, func: str, **arguments: Any) -> dict[str, Any]:
+    return {"type": kind, "name": name,
+            "provider": {"type": "python", "module": "tests.fixtures.acts", "func": func,
+                         "arguments": arguments}}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return cli_env(tmp_path)
+
+
+def gameday(args: list[str], env: dict[str, str], timeout: float = 120,
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "gameday"), *args], env=env, cwd=REPO, text=True,
+                          capture_output=True, timeout=timeout, **kwargs)
+
+
+def chaos(args: list[str], env: dict[str, str], timeout: float = 120,
+          **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "chaos"), "--no-version-check", *args], env=env, cwd=REPO,
+                          text=True, capture_output=True, timeout=timeout, **kwargs)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())

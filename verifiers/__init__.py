@@ -1,0 +1,1 @@
+"""Verifier probes: Chaos Toolkit probes that measure, never inject."""

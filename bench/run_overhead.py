@@ -1,0 +1,59 @@
+"""gameday run vs chaos run on the same trivial experiment: 10 alternating runs, medians.
+
+Last line: ``run_overhead: gameday_s=… chaos_s=… ratio=…`` (goal: ratio <= 1.5).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+EXPERIMENT = {
+    "title": "trivial", "description": "one probe before and after, one action",
+    "steady-state-hypothesis": {"title": "ok", "probes": [{
+        "type": "probe", "name": "ok", "tolerance": True,
+        "provider": {"type": "python", "module": "tests.fixtures.acts", "func": "ok"}}]},
+    "method": [{"type": "action", "name": "noop",
+                "provider": {"type": "python", "module": "tests.fixtures.acts", "func": "ok"}}],
+}
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=REPO, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trivial.yaml"
+        path.write_text(yaml.safe_dump(EXPERIMENT))
+        env = dict(os.environ, PYTHONPATH=str(REPO), GAMEDAY_HOME=f"{tmp}/home",
+                   GAMEDAY_JOURNALS=f"{tmp}/journals")
+        ours_argv = [str(BIN / "gameday"), "run", str(path), "--journal-path", f"{tmp}/g.json"]
+        theirs_argv = [str(BIN / "chaos"), "--no-version-check", "run", str(path),
+                       "--journal-path", f"{tmp}/c.json"]
+        ours, theirs = [], []
+        for _ in range(args.runs):
+            ours.append(timed(ours_argv, env))
+            theirs.append(timed(theirs_argv, env))
+    g, c = statistics.median(ours), statistics.median(theirs)
+    print(f"gameday runs: {' '.join(f'{t:.2f}' for t in ours)}")
+    print(f"chaos runs:   {' '.join(f'{t:.2f}' for t in theirs)}")
+    print(f"run_overhead: gameday_s={g:.3f} chaos_s={c:.3f} ratio={g / c:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The agent's wire vocabulary, free of HTTP: limits, revert reasons, request parsing.
+
+The server turns a request body (already decoded JSON) into typed values with
+:func:`parse_inject` and :func:`parse_renew`; both raise
+:class:`gameday.errors.InvalidInput` with a one-line message that the agent answers
+with ``400``. See ``docs/agent-api.md`` for the contract.
+"""
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import InvalidInput
+
+__all__ = [
+    "LEASE_MAX_S",
+    "LEASE_MIN_S",
+    "MAX_BODY_BYTES",
+    "REVERT_REASONS",
+    "RevertReason",
+    "check_lease",
+    "decode_body",
+    "parse_inject",
+    "parse_renew",
+]
+
+#: Shortest and longest lease the agent grants, in seconds.
+LEASE_MIN_S: Final = 1.0
+LEASE_MAX_S: Final = 3600.0
+
+#: Largest request body the agent reads; larger ones get ``413``.
+MAX_BODY_BYTES: Final = 64 * 1024
+
+#: Why a fault was reverted (``revert_reason``).
+RevertReason = Literal["requested", "lease-expired", "agent-shutdown", "agent-restart"]
+REVERT_REASONS: Final[tuple[RevertReason, ...]] = (
+    "requested", "lease-expired", "agent-shutdown", "agent-restart")
+
+_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s")
+_RENEW_FIELDS: Final = ("lease_s",)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_body(raw: bytes) -> Any:
+    """Decode a JSON request body (UTF-8; ``NaN``/``Infinity`` refused)."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        # json.JSONDecodeError is a ValueError; keep only its first line.
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidInput(f"body is not valid JSON: {first_line}") from None
+
+
+def check_lease(value: object, *, field: str = "lease_s") -> float:
+    """Return ``value`` if it is a number of seconds within 1..3600, else raise InvalidInput.
+
+    An integer stays an integer (so it is echoed back as it was sent).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{field} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or not LEASE_MIN_S <= value <= LEASE_MAX_S:
+        raise InvalidInput(
+            f"{field} must be between {LEASE_MIN_S:g} and {LEASE_MAX_S:g} seconds, got {value!r}")
+    return value
+
+
+def _check_fields(body: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise InvalidInput(
+            f"unknown field {unknown[0]!r}; expected {', '.join(allowed)}")
+
+
+def _json_object(value: object, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{field} must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else type(value).__name__
+
+
+def parse_inject(body: object) -> tuple[FaultRequest, float]:
+    """Parse ``{"kind", "target", "params"?, "lease_s"}`` into a request and its lease.
+
+    ``kind`` (non-empty string), ``target`` (object) and ``lease_s`` are required;
+    ``params`` (object) defaults to ``{}``; any other field is refused.
+    """
+    obj = _json_object(body, "body")
+    _check_fields(obj, _INJECT_FIELDS)
+    for name in ("kind", "target", "lease_s"):
+        if name not in obj:
+            raise InvalidInput(f"missing field {name!r}")
+    kind = obj["kind"]
+    if not isinstance(kind, str) or not kind:
+        raise InvalidInput(f"kind must be a non-empty string, got {_json_type(kind)}")
+    target = _json_object(obj["target"], "target")
+    params = _json_object(obj.get("params", {}), "params")
+    lease_s = check_lease(obj["lease_s"])
+    return FaultRequest(kind=kind, target=target, params=params), lease_s
+
+
+def parse_renew(body: object) -> float | None:
+    """Parse a renew body: nothing, ``{}`` or ``{"lease_s": n}``; ``None`` keeps the lease."""
+    if body is None:
+        return None
+    obj = _json_object(body, "body")
+    _check_fields(obj, _RENEW_FIELDS)
+    if "lease_s" not in obj:
+        return None
+    return check_lease(obj["lease_s"])

@@ -1,0 +1,499 @@
+"""The agent's core, free of HTTP: the faults it holds, their leases, their persistence.
+
+A :class:`FaultRegistry` applies faults through a backend, holds each under a lease,
+and reverts it when asked (``requested``), when its lease runs out (``lease-expired``,
+see :meth:`FaultRegistry.reap`), when the agent stops (``agent-shutdown``) or, for
+leftovers found in the state file, when the registry is created (``agent-restart``).
+
+Concurrency: one lock guards the registry's maps; backend calls run outside it. A
+fault is *claimed* (its state set to ``reverting``) under the lock before the backend
+reverts it, so only one thread ever reverts a fault; others wait for it to finish.
+A fault is written to the state file (``applying``) before the backend applies it, so
+a crash at any point leaves nothing applied that the next start does not revert.
+"""
+
+import contextlib
+import dataclasses
+import json
+import pathlib
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import structlog
+
+from gameday.agent.backend import Backend, FaultRequest
+from gameday.agent.metrics import AgentMetrics
+from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
+from gameday.agent.state import StateFile
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
+
+__all__ = [
+    "AgentClosing",
+    "Fault",
+    "FaultConflict",
+    "FaultGone",
+    "FaultRegistry",
+    "RevertFailed",
+    "UnknownFault",
+]
+
+#: Seconds between two attempts to revert a fault whose backend revert failed.
+REVERT_RETRY_S: Final = 1.0
+
+_log = structlog.get_logger("gameday.agent")
+
+_EntryState = Literal["applying", "active", "reverting"]
+
+
+class UnknownFault(GamedayError):
+    """No fault with this id is known to the agent (``404``)."""
+
+
+class FaultConflict(GamedayError):
+    """The same kind is already active on an equal target (``409``)."""
+
+    def __init__(self, message: str, *, existing: "Fault") -> None:
+        self.existing = existing
+        super().__init__(message)
+
+
+class FaultGone(GamedayError):
+    """The fault was already reverted, so it cannot be renewed (``410``)."""
+
+    def __init__(self, message: str, *, fault: "Fault") -> None:
+        self.fault = fault
+        super().__init__(message)
+
+
+class RevertFailed(GamedayError):
+    """The backend failed to revert a fault; the agent keeps retrying (``500``)."""
+
+
+class AgentClosing(GamedayError):
+    """The agent is shutting down and applies nothing more (``503``)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault the agent applied: what, where, under which lease, and its end.
+
+    Times are Unix epoch seconds. ``reverted_at`` and ``revert_reason`` are ``None``
+    while the fault is active. ``details`` is what the backend's ``apply`` returned.
+    """
+
+    id: str
+    kind: str
+    target: dict[str, Any]
+    params: dict[str, Any]
+    lease_s: float
+    injected_at: str
+    applied_at: float
+    expires_at: float
+    reverted_at: float | None = None
+    revert_reason: RevertReason | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.reverted_at is None
+
+    @property
+    def request(self) -> FaultRequest:
+        """The request the backend applied (and is given again to revert)."""
+        return FaultRequest(kind=self.kind, target=self.target, params=self.params)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fault as the agent API shows it (docs/agent-api.md)."""
+        return {
+            "id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
+            "lease_s": self.lease_s, "injected_at": self.injected_at,
+            "applied_at": self.applied_at, "expires_at": self.expires_at,
+            "reverted_at": self.reverted_at, "revert_reason": self.revert_reason,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Fault":
+        """Read a fault written by :meth:`to_json` (extra keys are ignored)."""
+        try:
+            reason = data.get("revert_reason")
+            if reason is not None and reason not in REVERT_REASONS:
+                raise ValueError(f"unknown revert_reason {reason!r}")
+            reverted_at = data.get("reverted_at")
+            return cls(
+                id=str(data["id"]), kind=str(data["kind"]),
+                target=dict(data.get("target") or {}), params=dict(data.get("params") or {}),
+                lease_s=float(data["lease_s"]), injected_at=str(data.get("injected_at", "")),
+                applied_at=float(data["applied_at"]), expires_at=float(data["expires_at"]),
+                reverted_at=None if reverted_at is None else float(reverted_at),
+                revert_reason=reason, details=dict(data.get("details") or {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AgentError(f"malformed fault record {dict(data)!r}: {exc}") from None
+
+
+@dataclass
+class _Entry:
+    """A live fault and where it is in its life; mutated only under the registry lock."""
+
+    fault: Fault
+    state: _EntryState
+    retry_reason: RevertReason | None = None
+    retry_at: float = 0.0
+
+
+class FaultRegistry:
+    """The faults one agent holds, applied through ``backend``, saved in ``state_path``.
+
+    Creating a registry reverts every fault left in ``state_path`` by a previous run
+    (reason ``agent-restart``); they are listed in :attr:`recovered` and among the
+    reverted faults.
+    """
+
+    def __init__(self, backend: Backend, *, state_path: pathlib.Path, node: str,
+                 clock: Clock = SYSTEM_CLOCK, metrics: AgentMetrics | None = None,
+                 history_size: int = 200, settle_timeout_s: float = 30.0) -> None:
+        self.backend = backend
+        self.node = node
+        self.metrics = metrics if metrics is not None else AgentMetrics()
+        self._clock = clock
+        self._state = StateFile(state_path)
+        self._history_size = history_size
+        self._settle_timeout_s = settle_timeout_s
+        self._cond = threading.Condition(threading.Lock())
+        self._live: dict[str, _Entry] = {}
+        self._history: OrderedDict[str, Fault] = OrderedDict()
+        self._closed = False
+        self._log = _log.bind(node=node, backend=backend.name)
+        self.metrics.track_active(self.active_count)
+        self.recovered: list[Fault] = self._recover()
+
+    # -- queries ---------------------------------------------------------------------
+
+    @property
+    def state_path(self) -> pathlib.Path:
+        return self._state.path
+
+    def kinds(self) -> dict[str, str]:
+        """The backend's fault kinds, each with its injection layer (``injected_at``)."""
+        return dict(self.backend.kinds())
+
+    def active_count(self) -> int:
+        """How many faults are applied now."""
+        with self._cond:
+            return sum(1 for e in self._live.values() if e.state != "applying")
+
+    def get(self, fault_id: str) -> Fault:
+        """The fault with this id, active or reverted; :class:`UnknownFault` if none."""
+        with self._cond:
+            entry = self._live.get(fault_id)
+            if entry is not None and entry.state != "applying":
+                return entry.fault
+            if fault_id in self._history:
+                return self._history[fault_id]
+        raise UnknownFault(f"no fault {fault_id!r} on node {self.node}")
+
+    def faults(self, *, include_reverted: bool = False) -> list[Fault]:
+        """Active faults by ``applied_at``, then (if asked) the most recent reverted ones."""
+        with self._cond:
+            active = sorted((e.fault for e in self._live.values() if e.state != "applying"),
+                            key=lambda f: f.applied_at)
+            reverted = list(self._history.values()) if include_reverted else []
+        return active + reverted
+
+    # -- changes ---------------------------------------------------------------------
+
+    def apply(self, request: FaultRequest, lease_s: float) -> Fault:
+        """Apply ``request`` through the backend under a lease of ``lease_s`` seconds.
+
+        Raises :class:`InvalidInput` (unknown kind, lease outside 1..3600),
+        :class:`FaultConflict` (same kind active on an equal target),
+        :class:`FaultRejected` (the backend refused), :class:`AgentClosing`.
+        """
+        lease_s = check_lease(lease_s)
+        kinds = self.kinds()
+        if request.kind not in kinds:
+            raise InvalidInput(
+                f"unknown fault kind {request.kind!r}; backend {self.backend.name} on node "
+                f"{self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
+        target = dict(request.target)
+        with self._cond:
+            if self._closed:
+                raise AgentClosing(f"agent on node {self.node} is shutting down")
+            for other in self._live.values():
+                if other.fault.kind == request.kind and other.fault.target == target:
+                    raise FaultConflict(
+                        f"{request.kind} is already active on target {_compact(target)} "
+                        f"as {other.fault.id}; revert it first", existing=other.fault)
+            now = self._clock.now()
+            fault = Fault(id=f"f-{uuid.uuid4().hex}", kind=request.kind, target=target,
+                          params=dict(request.params), lease_s=lease_s,
+                          injected_at=kinds[request.kind], applied_at=now,
+                          expires_at=now + lease_s)
+            entry = _Entry(fault=fault, state="applying")
+            self._live[fault.id] = entry
+            try:
+                self._save(strict=True)
+            except BaseException:
+                del self._live[fault.id]
+                raise
+        try:
+            details = self.backend.apply(fault.id, fault.request)
+        except BaseException as exc:
+            self._abandon(entry, exc)
+            raise
+        with self._cond:
+            now = self._clock.now()
+            entry.fault = dataclasses.replace(
+                fault, applied_at=now, expires_at=now + lease_s, details=_plain(details))
+            entry.state = "active"
+            self._save(strict=False)
+            self._cond.notify_all()
+            closing = self._closed
+        fault = entry.fault
+        self.metrics.applied(fault.kind)
+        self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
+                       target=fault.target, lease_s=fault.lease_s,
+                       injected_at=fault.injected_at, expires_at=fault.expires_at)
+        if closing:
+            self.revert(fault.id, "agent-shutdown")
+        return fault
+
+    def renew(self, fault_id: str, lease_s: float | None = None) -> Fault:
+        """Extend a fault's lease to ``now + lease_s`` (default: its current ``lease_s``).
+
+        Raises :class:`UnknownFault`, or :class:`FaultGone` if the fault was reverted
+        (a lease already run out is reverted here, reason ``lease-expired``).
+        """
+        if lease_s is not None:
+            lease_s = check_lease(lease_s)
+        with self._cond:
+            entry = self._settled(fault_id)
+            if entry is None:
+                gone = self._history[fault_id]
+            else:
+                now = self._clock.now()
+                if entry.fault.expires_at > now:
+                    new_lease = entry.fault.lease_s if lease_s is None else lease_s
+                    entry.fault = dataclasses.replace(
+                        entry.fault, lease_s=new_lease, expires_at=now + new_lease)
+                    self._save(strict=False)
+                    renewed = entry.fault
+                    self._log.info("fault.renewed", fault_id=renewed.id, kind=renewed.kind,
+                                   lease_s=renewed.lease_s, expires_at=renewed.expires_at)
+                    return renewed
+                entry.state = "reverting"
+        if entry is not None:
+            gone = self._finish_revert(entry, "lease-expired")
+        raise FaultGone(
+            f"fault {fault_id} was reverted at {gone.reverted_at} ({gone.revert_reason}); "
+            "inject it again", fault=gone)
+
+    def revert(self, fault_id: str, reason: RevertReason = "requested") -> Fault:
+        """Revert a fault (idempotent: a reverted fault is returned as it was reverted).
+
+        Raises :class:`UnknownFault`, or :class:`RevertFailed` if the backend failed
+        (the registry then retries every second).
+        """
+        with self._cond:
+            entry = self._settled(fault_id)
+            if entry is None:
+                return self._history[fault_id]
+            entry.state = "reverting"
+        return self._finish_revert(entry, reason)
+
+    def reap(self) -> list[Fault]:
+        """Revert every fault whose lease has run out (``expires_at <= now``), and retry
+        reverts that failed before. Returns the faults reverted now."""
+        with self._cond:
+            now = self._clock.now()
+            due: list[tuple[_Entry, RevertReason]] = []
+            for entry in self._live.values():
+                if entry.state != "active":
+                    continue
+                if entry.retry_reason is not None:
+                    if entry.retry_at <= now:
+                        due.append((entry, entry.retry_reason))
+                elif entry.fault.expires_at <= now:
+                    due.append((entry, "lease-expired"))
+            for entry, _ in due:
+                entry.state = "reverting"
+        return self._finish_all(due)
+
+    def revert_all(self, reason: RevertReason) -> list[Fault]:
+        """Revert every active fault, wait for reverts and applies already in flight,
+        and return the faults reverted by this call. A failed revert is logged and
+        left to the retries."""
+        done: list[Fault] = []
+        attempted: set[str] = set()
+        deadline = time.monotonic() + self._settle_timeout_s
+        while True:
+            with self._cond:
+                claimed = [e for e in self._live.values()
+                           if e.state == "active" and e.fault.id not in attempted]
+                if not claimed:
+                    busy = any(e.state != "active" for e in self._live.values())
+                    remaining = deadline - time.monotonic()
+                    if not busy or remaining <= 0:
+                        return done
+                    self._cond.wait(remaining)
+                    continue
+                for entry in claimed:
+                    entry.state = "reverting"
+                    attempted.add(entry.fault.id)
+            done += self._finish_all([(e, reason) for e in claimed])
+
+    def close(self, reason: RevertReason = "agent-shutdown") -> list[Fault]:
+        """Refuse new faults from now on and revert every active one."""
+        with self._cond:
+            self._closed = True
+        return self.revert_all(reason)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _recover(self) -> list[Fault]:
+        saved = [Fault.from_json(data) for data in self._state.load()]
+        if not saved:
+            return []
+        recovered: list[Fault] = []
+        now = self._clock.now()
+        for fault in saved:
+            try:
+                self.backend.revert(fault.id, fault.request)
+            except Exception as exc:
+                self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
+                                reason="agent-restart", error=_one_line(exc))
+                self._live[fault.id] = _Entry(fault=fault, state="active",
+                                              retry_reason="agent-restart",
+                                              retry_at=now + REVERT_RETRY_S)
+                continue
+            done = dataclasses.replace(fault, reverted_at=self._clock.now(),
+                                       revert_reason="agent-restart")
+            self._remember(done)
+            recovered.append(done)
+            self.metrics.reverted(done.kind, "agent-restart")
+            self._log.info("fault.reverted", fault_id=done.id, kind=done.kind,
+                           target=done.target, reason="agent-restart")
+        with self._cond:
+            self._save(strict=True)
+        return recovered
+
+    def _settled(self, fault_id: str) -> _Entry | None:
+        """Under the lock: the live, active entry for ``fault_id`` once no apply or revert
+        is in flight for it, or ``None`` if it is reverted (then it is in the history)."""
+        deadline = time.monotonic() + self._settle_timeout_s
+        while True:
+            entry = self._live.get(fault_id)
+            if entry is None:
+                if fault_id in self._history:
+                    return None
+                raise UnknownFault(f"no fault {fault_id!r} on node {self.node}")
+            if entry.state == "active":
+                return entry
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RevertFailed(f"fault {fault_id} is still {entry.state} after "
+                                   f"{self._settle_timeout_s:g}s; try again")
+            self._cond.wait(remaining)
+
+    def _finish_all(self, due: list[tuple[_Entry, RevertReason]]) -> list[Fault]:
+        done: list[Fault] = []
+        for entry, reason in due:
+            with contextlib.suppress(RevertFailed):  # logged; reap() retries it
+                done.append(self._finish_revert(entry, reason))
+        return done
+
+    def _finish_revert(self, entry: _Entry, reason: RevertReason) -> Fault:
+        """Revert a claimed entry (state ``reverting``) through the backend."""
+        fault = entry.fault
+        try:
+            self.backend.revert(fault.id, fault.request)
+        except Exception as exc:
+            with self._cond:
+                entry.state = "active"
+                entry.retry_reason = reason
+                entry.retry_at = self._clock.now() + REVERT_RETRY_S
+                self._cond.notify_all()
+            self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
+                            reason=reason, error=_one_line(exc))
+            raise RevertFailed(f"backend {self.backend.name} failed to revert {fault.id} "
+                               f"({fault.kind}): {_one_line(exc)}; retrying") from exc
+        with self._cond:
+            done = dataclasses.replace(fault, reverted_at=self._clock.now(),
+                                       revert_reason=reason)
+            del self._live[fault.id]
+            self._remember(done)
+            self._save(strict=False)
+            self._cond.notify_all()
+        self.metrics.reverted(done.kind, reason)
+        self._log.info("fault.reverted", fault_id=done.id, kind=done.kind, target=done.target,
+                       reason=reason, held_s=round((done.reverted_at or 0.0) - done.applied_at, 3))
+        return done
+
+    def _abandon(self, entry: _Entry, exc: BaseException) -> None:
+        """The backend's apply raised: forget the entry (after a defensive revert when the
+        failure was not a clean rejection, since something may be half-applied)."""
+        fault = entry.fault
+        if isinstance(exc, FaultRejected):
+            self._log.info("fault.rejected", kind=fault.kind, target=fault.target,
+                           error=_one_line(exc))
+        else:
+            self._log.error("fault.apply_failed", fault_id=fault.id, kind=fault.kind,
+                            target=fault.target, error=_one_line(exc))
+            try:
+                self.backend.revert(fault.id, fault.request)
+            except Exception as revert_exc:
+                # Keep it in the state file: the next start reverts it again.
+                self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
+                                reason="apply-failed", error=_one_line(revert_exc))
+                with self._cond:
+                    entry.state = "active"
+                    entry.retry_reason = "requested"
+                    entry.retry_at = self._clock.now() + REVERT_RETRY_S
+                    self._save(strict=False)
+                    self._cond.notify_all()
+                return
+        with self._cond:
+            del self._live[fault.id]
+            self._save(strict=False)
+            self._cond.notify_all()
+
+    def _remember(self, done: Fault) -> None:
+        self._history[done.id] = done
+        while len(self._history) > self._history_size:
+            self._history.popitem(last=False)
+
+    def _save(self, *, strict: bool) -> None:
+        """Under the lock: write the live faults to the state file. ``strict`` re-raises
+        a failure; otherwise it is logged and the next change writes the file again."""
+        records = [{**e.fault.to_json(), "state": e.state} for e in self._live.values()]
+        try:
+            self._state.save(records, node=self.node, saved_at=self._clock.now())
+        except OSError as exc:
+            self._log.error("state.save_failed", path=str(self._state.path),
+                            error=_one_line(exc))
+            if strict:
+                raise AgentError(f"{self._state.path}: cannot save agent state "
+                                 f"({_one_line(exc)})") from exc
+
+
+def _plain(details: object) -> dict[str, Any]:
+    """The backend's details as plain JSON (anything unserialisable becomes a string)."""
+    if not details:
+        return {}
+    value = json.loads(json.dumps(details, default=str))
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

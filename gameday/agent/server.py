@@ -1,0 +1,395 @@
+"""The agent's HTTP+JSON server: a thin layer over :class:`FaultRegistry`.
+
+``AgentServer`` binds at construction (so :attr:`AgentServer.url` carries the real
+port even for ``port=0``), serves on a background thread with the stdlib
+``ThreadingHTTPServer`` once started, and runs a lease reaper thread next to it. The
+API is ``docs/agent-api.md``.
+"""
+
+import contextlib
+import hmac
+import json
+import pathlib
+import re
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+from urllib.parse import parse_qs, unquote
+
+import structlog
+
+from gameday.agent.backend import Backend
+from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gameday.agent.metrics import AgentMetrics
+from gameday.agent.protocol import (
+    MAX_BODY_BYTES,
+    RevertReason,
+    decode_body,
+    parse_inject,
+    parse_renew,
+)
+from gameday.agent.registry import (
+    AgentClosing,
+    Fault,
+    FaultConflict,
+    FaultGone,
+    FaultRegistry,
+    RevertFailed,
+    UnknownFault,
+)
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.errors import FaultRejected, InvalidInput
+
+__all__ = ["AgentServer"]
+
+_log = structlog.get_logger("gameday.agent")
+
+#: Seconds an idle keep-alive connection is kept open by the server.
+IDLE_CONNECTION_S: Final = 60.0
+
+_PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics"})
+_TOKEN_CHARS: Final = re.compile(r"[\x21-\x7e]+")
+
+
+class _HTTPFailure(Exception):
+    """An answer other than 2xx, raised inside a handler."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        self.status = status
+        self.message = message
+        self.extra = extra
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: bytes | None
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+def _json_reply(status: int, payload: object) -> _Reply:
+    return _Reply(status, (json.dumps(payload, allow_nan=False) + "\n").encode("utf-8"))
+
+
+class AgentServer:
+    """One node's agent: ``backend`` behind the agent API, guarded by ``token``.
+
+    Active faults are saved in ``state_path``; leftovers from a previous run are
+    reverted when the server is created (reason ``agent-restart``). ``reap_interval_s``
+    is how often the lease reaper looks for expired leases.
+    """
+
+    def __init__(self, backend: Backend, *, token: str, state_path: pathlib.Path, node: str,
+                 host: str = "127.0.0.1", port: int = 0, clock: Clock = SYSTEM_CLOCK,
+                 reap_interval_s: float = 0.05) -> None:
+        if not _TOKEN_CHARS.fullmatch(token):
+            raise InvalidInput("agent token must be non-empty printable ASCII without spaces")
+        self.backend = backend
+        self.node = node
+        self.metrics = AgentMetrics()
+        self.registry = FaultRegistry(backend, state_path=state_path, node=node, clock=clock,
+                                      metrics=self.metrics)
+        self._token = token.encode("ascii")
+        self._reap_interval_s = reap_interval_s
+        self._httpd = _AgentHTTPServer(host, port, self)
+        bound_host, bound_port = self._httpd.server_address[:2]
+        if isinstance(bound_host, bytes):
+            bound_host = bound_host.decode()
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.url = f"http://{shown}:{bound_port}"
+        self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._serve_thread: threading.Thread | None = None
+        self._reap_thread: threading.Thread | None = None
+        self._stopped = False
+        self._log = _log.bind(node=node, backend=backend.name)
+
+    def __repr__(self) -> str:
+        return f"AgentServer(node={self.node!r}, url={self.url!r})"
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> "AgentServer":
+        """Serve on a background thread and start the lease reaper; returns ``self``."""
+        if self._serve_thread is not None:
+            return self
+        self._serve_thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+            name=f"agent-http-{self.node}", daemon=True)
+        self._reap_thread = threading.Thread(
+            target=self._reap_forever, name=f"agent-reaper-{self.node}", daemon=True)
+        self._serve_thread.start()
+        self._reap_thread.start()
+        self._log.info("agent.started", url=self.url)
+        return self
+
+    def stop(self, revert: bool = True) -> list[Fault]:
+        """Stop serving and return the faults reverted. With ``revert`` (the default)
+        every active fault is reverted (reason ``agent-shutdown``); without it they stay
+        applied and saved, and the next start on the same state file reverts them."""
+        with self._stop_lock:
+            if self._stopped:
+                return []
+            self._stopped = True
+        self._stopping.set()
+        if self._serve_thread is not None:
+            self._httpd.shutdown()
+        reverted = self.registry.close("agent-shutdown") if revert else []
+        if self._reap_thread is not None:
+            self._reap_thread.join(timeout=5.0)
+        self._httpd.close_connections()
+        self._httpd.server_close()
+        self._log.info("agent.stopped", reverted=len(reverted))
+        return reverted
+
+    def revert_all(self, reason: RevertReason) -> list[Fault]:
+        """Revert every active fault now with ``reason``; the agent keeps serving."""
+        return self.registry.revert_all(reason)
+
+    def __enter__(self) -> "AgentServer":
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _reap_forever(self) -> None:
+        while not self._stopping.wait(self._reap_interval_s):
+            try:
+                self.registry.reap()
+            except Exception:
+                self._log.exception("agent.reap_failed")
+
+    # -- requests --------------------------------------------------------------------
+
+    def authorized(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header carries this agent's bearer token
+        (compared in constant time)."""
+        if not header:
+            return False
+        scheme, _, credential = header.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        given = credential.strip().encode("latin-1", "replace")
+        return hmac.compare_digest(given, self._token)
+
+    def handle(self, request: _Request) -> _Reply:
+        """Answer one authorised request (the HTTP handler already checked the token)."""
+        route, params = _route(request.method, request.path)
+        try:
+            return route(self, request, *params)
+        except _HTTPFailure:
+            raise
+        except (InvalidInput, FaultRejected) as exc:
+            raise _HTTPFailure(400, str(exc)) from None
+        except UnknownFault as exc:
+            raise _HTTPFailure(404, str(exc)) from None
+        except FaultConflict as exc:
+            raise _HTTPFailure(409, str(exc), existing=exc.existing.id) from None
+        except FaultGone as exc:
+            raise _HTTPFailure(410, str(exc), **exc.fault.to_json()) from None
+        except RevertFailed as exc:
+            raise _HTTPFailure(500, str(exc)) from None
+        except AgentClosing as exc:
+            raise _HTTPFailure(503, str(exc)) from None
+
+    def _healthz(self, request: _Request) -> _Reply:
+        return _json_reply(200, {"ok": True, "node": self.node, "backend": self.backend.name})
+
+    def _metrics(self, request: _Request) -> _Reply:
+        return _Reply(200, self.metrics.render(), METRICS_CONTENT_TYPE)
+
+    def _inventory(self, request: _Request) -> _Reply:
+        inventory = dict(self.backend.inventory())
+        inventory.update(node=self.node, backend=self.backend.name,
+                         kinds=self.registry.kinds())
+        for key in ("gpus", "links", "mounts"):
+            inventory.setdefault(key, [])
+        return _json_reply(200, inventory)
+
+    def _list(self, request: _Request) -> _Reply:
+        include = request.query.get("all", ["0"])[-1].lower() in ("1", "true", "yes")
+        faults = self.registry.faults(include_reverted=include)
+        return _json_reply(200, {"faults": [f.to_json() for f in faults]})
+
+    def _inject(self, request: _Request) -> _Reply:
+        if not request.body:
+            raise InvalidInput("body must be a JSON object with kind, target, lease_s")
+        fault_request, lease_s = parse_inject(decode_body(request.body))
+        return _json_reply(201, self.registry.apply(fault_request, lease_s).to_json())
+
+    def _get(self, request: _Request, fault_id: str) -> _Reply:
+        return _json_reply(200, self.registry.get(fault_id).to_json())
+
+    def _renew(self, request: _Request, fault_id: str) -> _Reply:
+        body = decode_body(request.body) if request.body else None
+        return _json_reply(200, self.registry.renew(fault_id, parse_renew(body)).to_json())
+
+    def _revert(self, request: _Request, fault_id: str) -> _Reply:
+        return _json_reply(200, self.registry.revert(fault_id, "requested").to_json())
+
+
+_Route = Callable[..., _Reply]
+
+_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [
+    (re.compile(r"/healthz"), {"GET": AgentServer._healthz}),
+    (re.compile(r"/metrics"), {"GET": AgentServer._metrics}),
+    (re.compile(r"/v1/inventory"), {"GET": AgentServer._inventory}),
+    (re.compile(r"/v1/faults"), {"GET": AgentServer._list, "POST": AgentServer._inject}),
+    (re.compile(r"/v1/faults/([^/]+)"), {"GET": AgentServer._get, "DELETE": AgentServer._revert}),
+    (re.compile(r"/v1/faults/([^/]+)/renew"), {"POST": AgentServer._renew}),
+]
+
+
+def _route(method: str, path: str) -> tuple[_Route, tuple[str, ...]]:
+    for pattern, methods in _ROUTES:
+        match = pattern.fullmatch(path)
+        if match is None:
+            continue
+        if method not in methods:
+            raise _HTTPFailure(405, f"{method} is not allowed on {path}; use "
+                               f"{', '.join(sorted(methods))}", allow=sorted(methods))
+        return methods[method], tuple(unquote(g) for g in match.groups())
+    raise _HTTPFailure(404, f"no such endpoint {path}")
+
+
+class _AgentHTTPServer(ThreadingHTTPServer):
+    """Tracks its open connections so that stopping closes kept-alive ones too."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, host: str, port: int, agent: AgentServer) -> None:
+        self.agent = agent
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), _AgentRequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Shut every open client connection (their handler threads then end)."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _AgentRequestHandler(BaseHTTPRequestHandler):
+    """Reads the request, checks the token and the body size, lets the agent answer."""
+
+    server: _AgentHTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = "gameday-agent/1"
+    sys_version = ""
+    timeout = IDLE_CONNECTION_S
+    disable_nagle_algorithm = True  # headers and body are two writes
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        agent = self.server.agent
+        path, _, query = self.path.partition("?")
+        try:
+            if path not in _PUBLIC_PATHS and not agent.authorized(
+                    self.headers.get("Authorization")):
+                raise _HTTPFailure(401, "missing or wrong bearer token",
+                                   _headers={"WWW-Authenticate": 'Bearer realm="gameday-agent"'})
+            body = self._read_body()
+            reply = agent.handle(_Request(self.command, path, parse_qs(query), body))
+        except _HTTPFailure as failure:
+            self._send_failure(failure)
+            return
+        except Exception as exc:
+            agent._log.exception("agent.request_failed", method=self.command, path=path)
+            self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        self._send(reply.status, reply.body, reply.content_type)
+
+    def _read_body(self) -> bytes | None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+            raise _HTTPFailure(411, "send the body with a Content-Length, not chunked")
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return None
+        try:
+            length = int(raw)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self.close_connection = True
+            raise _HTTPFailure(400, f"bad Content-Length {raw!r}") from None
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise _HTTPFailure(413, f"body of {length} bytes is over the agent's limit of "
+                               f"{MAX_BODY_BYTES} bytes")
+        return self.rfile.read(length) if length else b""
+
+    def _send_failure(self, failure: _HTTPFailure) -> None:
+        extra = dict(failure.extra)
+        headers: dict[str, str] = extra.pop("_headers", {})
+        allow = extra.pop("allow", None)
+        if allow:
+            headers["Allow"] = ", ".join(allow)
+        if failure.status in (401, 411, 413) and self.headers.get("Content-Length", "0") != "0":
+            self.close_connection = True  # the body was not read
+        reply = _json_reply(failure.status, {"error": failure.message, **extra})
+        self._send(reply.status, reply.body, reply.content_type, headers)
+
+    def _send(self, status: int, body: bytes, content_type: str,
+              headers: dict[str, str] | None = None) -> None:
+        self.send_response(status, HTTPStatus(status).phrase)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        _log.debug("agent.request", method=self.command, path=self.path.partition("?")[0],
+                   status=code, client=self.client_address[0])
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Idle keep-alive timeouts and malformed request lines; never headers.
+        _log.debug("agent.http", message=format % args)

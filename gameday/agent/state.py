@@ -1,0 +1,82 @@
+"""The agent's state file: the faults it holds, written atomically on every change.
+
+A crash (even ``kill -9``) leaves either the old or the new file, never a torn one:
+the content goes to a temporary file in the same directory, is flushed and fsynced,
+then renamed over the old file with :func:`os.replace`, and the directory is fsynced.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any, Final
+
+from gameday.errors import AgentError
+
+__all__ = ["STATE_VERSION", "StateFile"]
+
+STATE_VERSION: Final = 1
+
+
+class StateFile:
+    """The JSON file at ``path`` holding the agent's live faults (as fault dicts)."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+
+    def load(self) -> list[dict[str, Any]]:
+        """The faults saved in the file; ``[]`` if there is no file.
+
+        Raises :class:`AgentError` if the file cannot be read or understood: the agent
+        must not start over leftovers it cannot revert.
+        """
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise AgentError(f"{self.path}: cannot read agent state ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+            faults = data["faults"]
+            if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
+                raise TypeError("faults is not a list of objects")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AgentError(
+                f"{self.path}: agent state is unreadable ({exc}); revert its faults by hand "
+                "and remove the file to start") from None
+        return faults
+
+    def save(self, faults: list[dict[str, Any]], *, node: str, saved_at: float) -> None:
+        """Replace the file's content atomically with ``faults``."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = json.dumps(
+            {"version": STATE_VERSION, "node": node, "saved_at": saved_at, "faults": faults},
+            indent=1, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
+                                   dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(self.path.parent)
+
+
+def _fsync_dir(directory: pathlib.Path) -> None:
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)

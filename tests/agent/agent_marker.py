@@ -1,0 +1,136 @@
+"""Test helpers for the agent: a tiny real backend and a way to run a real agent process.
+
+``MarkerBackend`` really does something other processes can observe: applying a fault
+creates a marker file named after the fault id, reverting it deletes the file. The agent
+subprocess loads it with ``--backend agent_marker:factory`` (this directory on
+PYTHONPATH, markers in ``$GAMEDAY_TEST_MARKER_DIR``).
+"""
+
+import os
+import pathlib
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+MARKER_DIR_ENV = "GAMEDAY_TEST_MARKER_DIR"
+KIND = "test.marker"
+
+
+class MarkerBackend:
+    """Kinds ``{"test.marker": "process"}``. Params: ``reject`` (apply raises
+    FaultRejected), ``revert_delay_s`` (revert is slow), ``fail_reverts`` (that many
+    reverts raise before one succeeds)."""
+
+    name = "marker"
+
+    def __init__(self, directory: pathlib.Path, node: str = "test-node") -> None:
+        self.directory = directory
+        self.node = node
+        self.applies: list[str] = []
+        self.reverts: list[str] = []
+        self._failed: dict[str, int] = {}
+        self._lock = threading.Lock()
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def inventory(self) -> dict[str, Any]:
+        return {"node": self.node, "gpus": [{"index": 0, "uuid": "GPU-marker-0",
+                                             "name": "marker", "memory_mib": 1,
+                                             "nvlink_domain": None}],
+                "links": [], "mounts": []}
+
+    def kinds(self) -> Mapping[str, str]:
+        return {KIND: "process"}
+
+    def marker(self, fault_id: str) -> pathlib.Path:
+        return self.directory / fault_id
+
+    def markers(self) -> set[str]:
+        return {p.name for p in self.directory.iterdir()}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        if request.params.get("reject"):
+            raise FaultRejected(f"marker refuses: {request.params['reject']}")
+        self.marker(fault_id).write_text(request.kind)
+        with self._lock:
+            self.applies.append(fault_id)
+        return {"marker": str(self.marker(fault_id))}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        delay = float(request.params.get("revert_delay_s", 0))
+        if delay:
+            time.sleep(delay)
+        with self._lock:
+            failures = self._failed.get(fault_id, 0)
+            if failures < int(request.params.get("fail_reverts", 0)):
+                self._failed[fault_id] = failures + 1
+                raise RuntimeError(f"marker revert failure {failures + 1}")
+            self.reverts.append(fault_id)
+        self.marker(fault_id).unlink(missing_ok=True)
+
+
+def factory(node: str) -> MarkerBackend:
+    """The ``--backend agent_marker:factory`` entry used by the agent subprocess."""
+    return MarkerBackend(pathlib.Path(os.environ[MARKER_DIR_ENV]), node=node)
+
+
+def wait_for(condition: Any, timeout_s: float, interval_s: float = 0.02) -> bool:
+    """Poll ``condition()`` until true or ``timeout_s`` passed; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return bool(condition())
+        time.sleep(interval_s)
+
+
+def agent_env(marker_dir: pathlib.Path, token: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GAMEDAY_AGENT_TOKEN"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE)])
+    env[MARKER_DIR_ENV] = str(marker_dir)
+    if token is not None:
+        env["GAMEDAY_AGENT_TOKEN"] = token
+    return env
+
+
+def run_agent(args: list[str], env: Mapping[str, str], stderr_path: pathlib.Path
+              ) -> subprocess.Popen[str]:
+    """Start ``python -m gameday.agent.serve ARGS`` (stdout piped, stderr to a file)."""
+    with stderr_path.open("a") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "gameday.agent.serve", *args],
+                                cwd=REPO, env=dict(env), stdout=subprocess.PIPE,
+                                stderr=stderr, text=True)
+
+
+def read_url(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> str:
+    """Wait for ``agent listening on URL`` on the agent's stdout and return URL."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if line.startswith("agent listening on "):
+                    return line.removeprefix("agent listening on ").strip()
+    raise AssertionError(f"agent did not start (exit status {proc.poll()})")
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    """Make sure the process is gone (used in ``finally``)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()

@@ -1,0 +1,143 @@
+"""The agent as a real process (``python -m gameday.agent.serve`` with the marker backend):
+kill -9 and restart, SIGTERM, and the CLI's one-line errors."""
+
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+from agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
+
+from gameday.agent.client import AgentClient
+from gameday.agent.serve import load_backend, parse_listen
+from gameday.errors import InvalidInput
+
+TOKEN = "process-token-42"
+
+
+@pytest.fixture
+def dirs(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    return {"markers": markers, "state": tmp_path / "state", "token": token_file,
+            "stderr": tmp_path / "agent.stderr"}
+
+
+def agent_args(dirs: dict[str, pathlib.Path]) -> list[str]:
+    return ["--backend", "agent_marker:factory", "--listen", "127.0.0.1:0",
+            "--token-file", str(dirs["token"]), "--state-dir", str(dirs["state"]),
+            "--node", "proc-node"]
+
+
+def markers(dirs: dict[str, pathlib.Path]) -> set[str]:
+    return {p.name for p in dirs["markers"].iterdir()}
+
+
+def test_kill_9_then_restart_reverts_the_leftover(dirs: dict[str, pathlib.Path]) -> None:
+    env = agent_env(dirs["markers"])
+    first = run_agent(agent_args(dirs), env, dirs["stderr"])
+    try:
+        with AgentClient(read_url(first), TOKEN) as client:
+            fault = client.inject(KIND, {"gpu": 0}, {}, 3600)
+        assert markers(dirs) == {fault["id"]}
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    finally:
+        kill(first)
+    assert markers(dirs) == {fault["id"]}  # nobody reverted it
+    state_file = dirs["state"] / "agent-proc-node.json"
+    assert [f["id"] for f in json.loads(state_file.read_text())["faults"]] == [fault["id"]]
+
+    second = run_agent(agent_args(dirs), env, dirs["stderr"])
+    try:
+        url = read_url(second)
+        assert markers(dirs) == set()  # reverted before the agent said it was listening
+        with AgentClient(url, TOKEN) as client:
+            assert client.faults() == []
+            (done,) = client.faults(include_reverted=True)
+        assert done["id"] == fault["id"] and done["revert_reason"] == "agent-restart"
+        assert done["reverted_at"] >= fault["applied_at"]
+        assert json.loads(state_file.read_text())["faults"] == []
+    finally:
+        second.terminate()
+        kill(second)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signal_reverts_everything_and_exits_0(dirs: dict[str, pathlib.Path],
+                                               signum: signal.Signals) -> None:
+    proc = run_agent(agent_args(dirs), agent_env(dirs["markers"]), dirs["stderr"])
+    try:
+        with AgentClient(read_url(proc), TOKEN) as client:
+            ids = {client.inject(KIND, {"gpu": i}, {}, 3600)["id"] for i in range(3)}
+        assert markers(dirs) == ids
+        proc.send_signal(signum)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        kill(proc)
+    assert markers(dirs) == set()
+    state = json.loads((dirs["state"] / "agent-proc-node.json").read_text())
+    assert state["faults"] == []
+    logged = [json.loads(line) for line in dirs["stderr"].read_text().splitlines()
+              if line.startswith("{")]
+    reasons = [e["reason"] for e in logged if e["event"] == "fault.reverted"]
+    assert reasons == ["agent-shutdown"] * 3
+    assert TOKEN not in dirs["stderr"].read_text()
+
+
+def test_token_from_environment(dirs: dict[str, pathlib.Path]) -> None:
+    args = [a for a in agent_args(dirs) if a not in ("--token-file", str(dirs["token"]))]
+    proc = run_agent(args, agent_env(dirs["markers"], token="env-token"), dirs["stderr"])
+    try:
+        with AgentClient(read_url(proc), "env-token") as client:
+            assert client.faults() == []
+    finally:
+        proc.terminate()
+        kill(proc)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--backend", "agent_marker:factory"], "no agent token: pass --token-file F or set"),
+    (["--token-file", "/nonexistent/token"], "--token-file /nonexistent/token: cannot read"),
+    (["--token-file", "TOKEN", "--backend", "nomodule_xyz:f"], "cannot import nomodule_xyz"),
+    (["--token-file", "TOKEN", "--backend", "agent_marker:nothing"], "agent_marker has no"),
+    (["--token-file", "TOKEN", "--backend", "bogus"], "neither one of virtual"),
+    (["--token-file", "TOKEN", "--backend", "agent_marker:KIND"], "is not callable"),
+    (["--token-file", "TOKEN", "--backend", "agent_marker:factory", "--listen", "nope"],
+     "must be HOST:PORT"),
+])
+def test_cli_errors_are_one_line_exit_2(dirs: dict[str, pathlib.Path], args: list[str],
+                                        message: str) -> None:
+    args = [str(dirs["token"]) if a == "TOKEN" else a for a in args]
+    env = agent_env(dirs["markers"])
+    result = subprocess.run([sys.executable, "-m", "gameday.agent.serve", *args,
+                             "--state-dir", str(dirs["state"])],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert result.stdout == ""
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("127.0.0.1:7777") == ("127.0.0.1", 7777)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+    assert parse_listen(":80") == ("0.0.0.0", 80)
+    for bad in ("7777", "host:", "host:99999", "host:x"):
+        with pytest.raises(InvalidInput):
+            parse_listen(bad)
+
+
+def test_backend_names_resolve_to_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``virtual`` names gameday.lab.devices:virtual_backend (imported only when chosen);
+    a factory that returns something without the Backend members is refused."""
+    from gameday.agent import serve
+
+    assert serve.BACKENDS["virtual"] == "gameday.lab.devices:virtual_backend"
+    monkeypatch.setitem(serve.BACKENDS, "dict", "builtins:dict")
+    with pytest.raises(InvalidInput, match="returned dict, not a backend"):
+        load_backend("dict", "n")

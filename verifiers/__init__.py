@@ -1,1 +1,31 @@
-"""Verifier probes: Chaos Toolkit probes that measure, never inject."""
+"""Verifier probes: Chaos Toolkit probes that measure, never inject.
+
+- ``verifiers.steady``: ``http_latency_ok``, ``prometheus_query_ok`` (steady state);
+- ``verifiers.rto``: ``measure_recovery`` (recovery time after the fault onset);
+- ``verifiers.prediction_hash``: ``matches_golden``, ``verify_predictions``, ``save_golden``;
+- ``verifiers.reshard``: ``verify_reshard`` (self-healing re-shard off a faulted GPU).
+
+Each records a ``gameday.verdicts.VerifierResult`` in the run session and signals a
+missed objective by raising ``chaoslib.exceptions.ActivityFailed`` with one line.
+See ``docs/verifiers.md``.
+"""
+
+from typing import Any
+
+__all__ = ["ACTIVITY_MODULES", "discover"]
+
+ACTIVITY_MODULES = ("verifiers.steady", "verifiers.rto", "verifiers.prediction_hash",
+                    "verifiers.reshard")
+
+
+def discover(discover_system: bool = True) -> dict[str, Any]:
+    """The Chaos Toolkit discovery document: every verifier probe and its arguments."""
+    from chaoslib.discovery.discover import discover_probes, initialize_discovery_result
+
+    from gameday import __version__
+
+    discovery: dict[str, Any] = initialize_discovery_result(
+        "gameday-verifiers", __version__, "gameday")
+    for module in ACTIVITY_MODULES:
+        discovery["activities"].extend(discover_probes(module))
+    return discovery

@@ -1,0 +1,28 @@
+"""Fixtures for the verifier tests: a fresh run session and real HTTP servers."""
+
+from collections.abc import Iterator
+
+import pytest
+from verifier_helpers import ModelServer, PlacementServer, new_session, placement_document, shard
+
+from gameday.session import Session, deactivate
+
+
+@pytest.fixture
+def session() -> Iterator[Session]:
+    yield new_session()
+    deactivate()
+
+
+@pytest.fixture
+def model() -> Iterator[ModelServer]:
+    server = ModelServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def placement_server() -> Iterator[PlacementServer]:
+    server = PlacementServer(placement_document([shard(0, "node-0", 0), shard(1, "node-1", 0)]))
+    yield server
+    server.close()

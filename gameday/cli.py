@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gameday import __version__, paths
 from gameday.errors import GamedayError
+from gameday.logs import configure as configure_logging
 from gameday.runner import RunOptions, parse_vars, run_safely
 
 
@@ -111,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve_main(arguments[2:])
     args = _parser().parse_args(arguments)
+    configure_logging(paths.home() / "logs" / "gameday.log")
     try:
         if args.command == "run":
             options = RunOptions(path=args.experiment, target=args.target,

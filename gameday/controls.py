@@ -65,6 +65,7 @@ def configure_control(configuration: dict[str, Any] | None = None,
 
 
 def before_activity_control(context: dict[str, Any], **_: Any) -> None:
+    sessions.current().activity = str(context.get("name", ""))
     timeouts.arm(context)
 
 

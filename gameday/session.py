@@ -28,11 +28,11 @@ log = structlog.get_logger("gameday.session")
 @dataclass
 class TimelineEvent:
     t: float
-    kind: str
+    name: str
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"t": self.t, "kind": self.kind, **self.detail}
+        return {"t": self.t, "event": self.name, **self.detail}
 
 
 class Session:
@@ -49,6 +49,7 @@ class Session:
         self.results: list[VerifierResult] = []
         self.golden: dict[str, Any] = {}
         self.timeline: list[TimelineEvent] = []
+        self.activity = ""  # the name of the activity running now (set by the control)
         self._lock = threading.Lock()
         self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock)
 
@@ -125,11 +126,13 @@ class Session:
         with self._lock:
             if not result.at:
                 result.at = self.clock.now()
+            if not result.name:
+                result.name = self.activity
             self.results.append(result)
 
-    def event(self, kind: str, **detail: Any) -> None:
+    def event(self, name: str, /, **detail: Any) -> None:
         with self._lock:
-            self.timeline.append(TimelineEvent(self.clock.now(), kind, detail))
+            self.timeline.append(TimelineEvent(self.clock.now(), name, detail))
 
     def close(self, reason: str = "rollback") -> list[str]:
         failures = self.revert_all(reason)

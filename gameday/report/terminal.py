@@ -12,6 +12,8 @@ def _fmt_time(t: float | None, origin: float | None) -> str:
 def _verifier_row(result: dict[str, Any]) -> tuple[str, str, str]:
     m = result.get("measurement") or {}
     name = result.get("name") or result.get("verifier", "")
+    if result.get("name") and result.get("verifier"):
+        name = f"{result['name']} ({result['verifier']})"
     verdict = {True: "PASS", False: "FAIL", None: "info"}[result.get("passed")]
     detail = result.get("reason") or ""
     if not detail:

@@ -1,0 +1,61 @@
+"""Logging: structlog everywhere, JSON lines to a file, only warnings on the terminal.
+
+Secrets never reach the logs: values under keys that look like secrets are redacted.
+"""
+
+import logging
+import logging.handlers
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+SECRET_WORDS = ("token", "secret", "password", "authorization", "api_key")
+
+
+def redact(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key in list(event):
+        if any(word in key.lower() for word in SECRET_WORDS):
+            event[key] = "[redacted]"
+    return event
+
+
+def configure(log_file: Path | None, *, terminal_level: int = logging.WARNING) -> None:
+    """Route structlog and stdlib logging (chaoslib's too) to a JSON file and stderr."""
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        redact,
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(logging.DEBUG if log_file else terminal_level)
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.setLevel(terminal_level)
+    terminal.setFormatter(structlog.stdlib.ProcessorFormatter(
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.dev.ConsoleRenderer(colors=False)],
+        foreign_pre_chain=shared))
+    root.addHandler(terminal)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.handlers.RotatingFileHandler(log_file, maxBytes=10_000_000,
+                                                       backupCount=3)
+        to_file.setLevel(logging.INFO)
+        to_file.setFormatter(structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                        structlog.processors.JSONRenderer()],
+            foreign_pre_chain=shared))
+        root.addHandler(to_file)
+    logging.getLogger("chaostoolkit").propagate = True
+    logging.getLogger("urllib3").setLevel(logging.WARNING)

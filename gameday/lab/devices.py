@@ -1,0 +1,164 @@
+"""The agent backend of a lab node: fault kinds change the state of virtual GPUs.
+
+:class:`VirtualGpuBackend` implements :class:`gameday.agent.backend.Backend`. Each fault
+kind is a small :class:`gameday.lab.vfaults.VirtualFault` that validates a request into
+a change of one GPU's state. Reverting restores the fields the fault changed to their
+values from before it (the "GPU was reset"); those values are kept in
+``<state_dir>/virtual-faults.json``, so a restarted agent can still revert its leftovers.
+Every change is published for the shards (:mod:`gameday.lab.gpustate`).
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.lab.files import read_json, write_json_atomic
+from gameday.lab.gpustate import (
+    GPU_FIELDS,
+    GpuState,
+    fresh_gpu,
+    gpu_state_path,
+    publish_gpu_state,
+    read_gpu_state,
+)
+from gameday.lab.vfaults import VIRTUAL_FAULTS, VirtualFault
+
+__all__ = ["GpuState", "VirtualGpuBackend", "virtual_backend"]
+
+log = structlog.get_logger("gameday.lab.devices")
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """What one applied fault changed: the GPU, and its fields' values from before."""
+
+    kind: str
+    gpu: int
+    before: Mapping[str, Any]
+
+
+class VirtualGpuBackend:
+    """Virtual GPUs of one node, and the faults applied to them.
+
+    ``fresh=True`` (a node that just started: volatile counters are reset) publishes
+    fresh GPUs and forgets earlier fault records; ``fresh=False`` continues from the
+    published state and records (an agent restarted over a persistent state dir).
+    """
+
+    name = "virtual"
+
+    def __init__(self, node: str, state_dir: Path, *, gpus: int = 4, fresh: bool = True,
+                 faults: Mapping[str, VirtualFault] | None = None) -> None:
+        if gpus < 1:
+            raise ValueError("a virtual node needs at least one GPU")
+        self.node = node
+        self.state_dir = state_dir
+        self._faults = dict(faults if faults is not None else VIRTUAL_FAULTS)
+        self._lock = threading.Lock()
+        self._records_path = state_dir / "virtual-faults.json"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._gpus: list[GpuState] = []
+        for index in range(gpus):
+            known = None if fresh else read_gpu_state(gpu_state_path(state_dir, index))
+            self._gpus.append(known if known is not None else fresh_gpu(node, index))
+        self._applied: dict[str, _Applied] = {} if fresh else self._load_records()
+        for state in self._gpus:
+            publish_gpu_state(state_dir, state)
+        self._save_records()
+
+    # -- Backend protocol -------------------------------------------------------------
+
+    def inventory(self) -> dict[str, Any]:
+        with self._lock:
+            gpus = [{"index": g.index, "uuid": g.uuid, "name": g.name,
+                     "memory_mib": g.memory_total_mib, "nvlink_domain": g.nvlink_domain}
+                    for g in self._gpus if g.present]
+        return {"node": self.node, "gpus": gpus, "links": [], "mounts": []}
+
+    def kinds(self) -> Mapping[str, str]:
+        return {kind: fault.injected_at for kind, fault in self._faults.items()}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        fault = self._faults.get(request.kind)
+        if fault is None:
+            raise FaultRejected(
+                f"fault kind {request.kind!r} is not supported by the virtual backend; "
+                f"supported: {', '.join(sorted(self._faults))}")
+        with self._lock:
+            change = fault.validate(request.target, request.params, tuple(self._gpus))
+            old = self._gpus[change.gpu]
+            new = change.apply(old)
+            before = {name: getattr(old, name) for name in sorted(GPU_FIELDS)
+                      if getattr(old, name) != getattr(new, name)}
+            self._applied[fault_id] = _Applied(request.kind, change.gpu, before)
+            self._set(new)
+            self._save_records()
+        log.info("fault_applied", fault_id=fault_id, kind=request.kind, gpu=new.label,
+                 changed=sorted(before))
+        return {"gpu": new.index, "uuid": new.uuid, "node": self.node, **change.describe(new)}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        with self._lock:
+            applied = self._applied.pop(fault_id, None)
+            if applied is None:
+                return
+            current = self._gpus[applied.gpu]
+            self._set(replace(current, **applied.before))
+            self._save_records()
+        log.info("fault_reverted", fault_id=fault_id, kind=applied.kind,
+                 gpu=current.label, restored=sorted(applied.before))
+
+    # -- for the node process ---------------------------------------------------------
+
+    def snapshot(self) -> list[GpuState]:
+        """Every GPU's current state."""
+        with self._lock:
+            return list(self._gpus)
+
+    def _set(self, state: GpuState) -> None:
+        self._gpus[state.index] = state
+        publish_gpu_state(self.state_dir, state)
+
+    def _save_records(self) -> None:
+        write_json_atomic(self._records_path, {
+            fid: {"kind": a.kind, "gpu": a.gpu, "before": dict(a.before)}
+            for fid, a in self._applied.items()})
+
+    def _load_records(self) -> dict[str, _Applied]:
+        data = read_json(self._records_path)
+        if not isinstance(data, dict):
+            return {}
+        records = {}
+        for fid, rec in data.items():
+            try:
+                before = {k: v for k, v in rec["before"].items() if k in GPU_FIELDS}
+                gpu = int(rec["gpu"])
+                if 0 <= gpu < len(self._gpus):
+                    records[str(fid)] = _Applied(str(rec["kind"]), gpu, before)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        return records
+
+
+def virtual_backend(node: str, *, gpus: int = 4) -> VirtualGpuBackend:
+    """A 4-GPU virtual backend for ``gameday agent serve --backend virtual``.
+
+    Its state lives in ``$GAMEDAY_VIRTUAL_STATE_DIR/<node>`` (kept across restarts, so
+    leftover faults can still be reverted), else in a temporary directory removed at exit.
+    """
+    base = os.environ.get("GAMEDAY_VIRTUAL_STATE_DIR")
+    if base:
+        return VirtualGpuBackend(node, Path(base) / node, gpus=gpus, fresh=False)
+    tmp = Path(tempfile.mkdtemp(prefix="gameday-virtual-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    return VirtualGpuBackend(node, tmp, gpus=gpus, fresh=True)

@@ -1,0 +1,87 @@
+"""A lab node: owns virtual GPUs, exports dcgm-style metrics, runs the node's agent.
+
+``python -m gameday.lab.node --dir DIR --name node-0 --gpus 4 --exporter-port P
+--agent-port Q [--parent-pid PID]``
+
+The exporter serves ``/metrics`` (and ``/healthz``) on ``P``; the agent
+(:class:`gameday.agent.server.AgentServer` over :class:`VirtualGpuBackend`) serves the
+agent API on ``Q`` with the lab's token, its state in ``DIR/nodes/<name>/``. GPU state
+starts fresh (a node boot resets volatile counters). SIGTERM or SIGINT reverts every
+active fault and exits 0.
+"""
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from gameday.lab.devices import VirtualGpuBackend
+from gameday.lab.exporter import CONTENT_TYPE, render_dcgm
+from gameday.lab.httpjson import Handler, JsonServer, Request, Response, json_response
+from gameday.lab.layout import LabPaths
+from gameday.lab.logs import configure_logging
+from gameday.lab.proc import tie_to_parent
+
+__all__ = ["main"]
+
+log = structlog.get_logger("gameday.lab.node")
+
+
+def exporter_routes(name: str, backend: VirtualGpuBackend) -> dict[tuple[str, str], Handler]:
+    """``/metrics`` (dcgm-exporter text) and ``/healthz``."""
+
+    def metrics(_: Request) -> Response:
+        return Response(200, render_dcgm(backend.snapshot()).encode(), CONTENT_TYPE)
+
+    def healthz(_: Request) -> Response:
+        return json_response(200, {"ok": True, "node": name,
+                                   "gpus": len(backend.snapshot())})
+
+    return {("GET", "/metrics"): metrics, ("GET", "/healthz"): healthz}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gameday.lab.node")
+    parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--exporter-port", type=int, required=True)
+    parser.add_argument("--agent-port", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int)
+    args = parser.parse_args(argv)
+    tie_to_parent(args.parent_pid)
+    configure_logging(args.name)
+    from gameday.agent.server import AgentServer  # the agent's imports are not small
+
+    paths = LabPaths(args.dir)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    backend = VirtualGpuBackend(args.name, paths.node_dir(args.name), gpus=args.gpus,
+                                fresh=True)
+    exporter = JsonServer(exporter_routes(args.name, backend), port=args.exporter_port,
+                          on_error=lambda exc: log.exception("exporter_error"))
+    agent = AgentServer(backend, token=paths.read_token(),
+                        state_path=paths.agent_state(args.name), node=args.name,
+                        port=args.agent_port)
+    exporter.start()
+    agent.start()
+    log.info("node_ready", exporter=exporter.url, agent=agent.url, gpus=args.gpus)
+    stop.wait()
+    reverted = agent.stop(revert=True)
+    exporter.stop()
+    log.info("node_stopped", reverted=len(reverted))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""The fault kinds of the lab's virtual backend, one small object per kind."""
+
+from collections.abc import Mapping
+from typing import Final
+
+from gameday.lab.vfaults.base import GpuChange, VirtualFault
+from gameday.lab.vfaults.ecc import EccFault
+
+__all__ = ["VIRTUAL_FAULTS", "GpuChange", "VirtualFault"]
+
+#: Every kind the virtual backend applies, by name.
+VIRTUAL_FAULTS: Final[Mapping[str, VirtualFault]] = {
+    fault.kind: fault for fault in (EccFault(),)
+}

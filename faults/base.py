@@ -42,12 +42,15 @@ class Param:
         expected = self.type
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
+        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
             raise InvalidInput(f"must be {_TYPE_NAMES.get(expected, expected.__name__)}, "
                                f"got {value!r}", path=path)
         if self.choices is not None and value not in self.choices:
             shown = ", ".join(str(c) for c in self.choices)
             raise InvalidInput(f"must be one of {shown}, got {value!r}", path=path)
+        return self._check_range(value, path)
+
+    def _check_range(self, value: Any, path: str) -> Any:
         if self.minimum is not None and value < self.minimum:
             raise InvalidInput(f"must be >= {self.minimum}, got {value!r}", path=path)
         if self.maximum is not None and value > self.maximum:

@@ -82,7 +82,7 @@ def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         lines: dict[str, int] = {}
         if node is not None:
             _line_map(node, "", lines, 0)
-        document = yaml.load(text, Loader=yaml.SafeLoader)  # noqa: S506 - SafeLoader
+        document = yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
@@ -130,7 +130,7 @@ def _require(mapping: Mapping[str, Any], key: str, kind: type, base: str,
             raise InvalidInput("is required", path=_join(base, key))
         return None
     if not isinstance(value, kind) or (kind is str and not value):
-        names = {str: "a non-empty string", list: "a list", dict: "a mapping"}
+        names: dict[type, str] = {str: "a non-empty string", list: "a list", dict: "a mapping"}
         raise InvalidInput(f"must be {names.get(kind, kind.__name__)}", path=_join(base, key))
     return value
 
@@ -218,11 +218,12 @@ def _check_activities(document: Mapping[str, Any]) -> None:
                                path=f"{where}.provider.func")
         parameters = inspect.signature(func).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        accepted = [p for p in parameters if p not in ("configuration", "secrets")]
         for name in arguments:
             if name not in parameters and not takes_any:
                 raise InvalidInput(
                     f"{module_name}.{func_name} takes no argument {name!r} "
-                    f"(it takes: {', '.join(p for p in parameters if p not in ('configuration', 'secrets'))})",
+                    f"(it takes: {', '.join(accepted)})",
                     path=f"{where}.provider.arguments.{name}")
         kind = by_activity(module_name, func_name)
         if kind is not None:

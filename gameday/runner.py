@@ -147,10 +147,10 @@ class _LabLease:
     def ensure(self) -> None:
         from gameday.lab import api as lab
 
-        if not (self.lab_dir / "lab.json").exists():
+        if not lab.running(self.lab_dir):
             print(f"starting the lab in {self.lab_dir} ...", file=self.out, flush=True)
-            lab.up(self.lab_dir)
             self.started = True
+            lab.up(self.lab_dir)
 
     def release(self) -> None:
         if self.started:
@@ -216,7 +216,7 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
                                           None))
                 if journal is not None:
                     journal["rollbacks"] = [run for run in runs if isinstance(run, dict)]
-            except Exception as rollback_exc:  # noqa: BLE001 - recorded, then we revert
+            except Exception as rollback_exc:
                 error += f"; rollbacks raised {rollback_exc}"
     finally:
         with signals.deferred():

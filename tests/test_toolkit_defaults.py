@@ -118,6 +118,7 @@ def test_raising_tolerance_still_journals_and_rolls_back(tmp_path: Path,
     path = write_experiment(tmp_path / "chaos.yaml", experiment(
         [], probes=[probe], rollback_marker=theirs_marker))
     theirs = chaos(["run", str(path), "--journal-path", str(tmp_path / "chaos.json")], env)
+    assert "Traceback" in theirs.stdout + theirs.stderr
     assert not (tmp_path / "chaos.json").exists() and not theirs_marker.exists()
     path = write_experiment(tmp_path / "ours.yaml", experiment(
         [], probes=[probe], rollback_marker=ours_marker))

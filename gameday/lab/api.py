@@ -68,6 +68,11 @@ def _lab_info(paths: LabPaths) -> dict[str, Any] | None:
     return info if isinstance(info, dict) and info.get("version") == 1 else None
 
 
+def running(dir: Path) -> bool:
+    """Whether a lab's supervisor holds ``dir`` (ready or still starting)."""
+    return _lock_held(LabPaths(dir.absolute()).lock)
+
+
 def _shape_of(info: dict[str, Any]) -> Shape:
     return Shape.from_json(info["shape"])
 

@@ -1,34 +1,15 @@
-"""The fault catalogue: every fault kind gameday can inject, as typed entries."""
+"""The fault catalogue: every fault kind gameday can inject, as typed entries.
 
-from faults.base import FaultKind, Param
+Each area (``faults.kinds.gpu``, ...) declares its kinds in a ``KINDS`` tuple; add an
+area by adding its module to ``AREAS``.
+"""
 
-GPU_SELECTOR_DOC = ("which GPU: {holding_shard: N} | {node: NAME, index: N} | {uuid: GPU-...}")
+from faults.base import FaultKind
+from faults.kinds import gpu
 
-GPU_ECC = FaultKind(
-    name="gpu.ecc",
-    summary="ECC errors on a GPU: single- or double-bit counts, an Xid, optional silent "
-            "corruption of the weights it holds",
-    module="faults.gpu",
-    func="ecc_error",
-    coverage_layer="device",
-    injected_at={"lab": "virtual", "host": "driver"},
-    selector="gpu",
-    params=(
-        Param("kind", str, "single_bit or double_bit", default="double_bit",
-              choices=("single_bit", "double_bit")),
-        Param("count", int, "errors added to the volatile ECC counter", default=1,
-              minimum=0, maximum=1_000_000),
-        Param("xid", int, "Xid reported with the errors (48 = double-bit ECC)", default=None,
-              choices=(48, 63, 64, 94, 95), nullable=True),
-        Param("corrupt_weights", bool, "silently corrupt the weights held on the GPU",
-              default=False),
-    ),
-    seen_through="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, "
-                 "DCGM_FI_DEV_XID_ERRORS; wrong answers when weights are corrupted",
-    tags=("gpu", "ecc", "xid", "hbm"),
-)
+AREAS = (gpu,)
 
-CATALOGUE: dict[str, FaultKind] = {kind.name: kind for kind in (GPU_ECC,)}
+CATALOGUE: dict[str, FaultKind] = {kind.name: kind for area in AREAS for kind in area.KINDS}
 
 
 def by_activity(module: str, func: str) -> FaultKind | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults.catalogue import GPU_ECC
+from faults.kinds.gpu import GPU_ECC
 from gameday import session as sessions
 from gameday.errors import GamedayError
 

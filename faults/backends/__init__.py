@@ -1,0 +1,1 @@
+"""Real backends: what the agent drives on a real host (``--backend host``)."""

@@ -1,0 +1,1 @@
+"""Fault kinds by area; ``faults.catalogue`` gathers them."""

@@ -105,7 +105,7 @@ def test_token_from_environment(dirs: dict[str, pathlib.Path]) -> None:
     (["--token-file", "/nonexistent/token"], "--token-file /nonexistent/token: cannot read"),
     (["--token-file", "TOKEN", "--backend", "nomodule_xyz:f"], "cannot import nomodule_xyz"),
     (["--token-file", "TOKEN", "--backend", "agent_marker:nothing"], "agent_marker has no"),
-    (["--token-file", "TOKEN", "--backend", "bogus"], "neither one of virtual"),
+    (["--token-file", "TOKEN", "--backend", "bogus"], "neither one of host, virtual"),
     (["--token-file", "TOKEN", "--backend", "agent_marker:KIND"], "is not callable"),
     (["--token-file", "TOKEN", "--backend", "agent_marker:factory", "--listen", "nope"],
      "must be HOST:PORT"),

@@ -25,6 +25,7 @@ from gameday.lab.exporter import CONTENT_TYPE, render_dcgm
 from gameday.lab.httpjson import Handler, JsonServer, Request, Response, json_response
 from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
+from gameday.lab.nodebackend import NodeBackend, NodeContext, node_handlers
 from gameday.lab.proc import tie_to_parent
 
 __all__ = ["main"]
@@ -66,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    backend = VirtualGpuBackend(args.name, paths.node_dir(args.name), gpus=args.gpus,
-                                fresh=True)
-    exporter = JsonServer(exporter_routes(args.name, backend), port=args.exporter_port,
+    gpus = VirtualGpuBackend(args.name, paths.node_dir(args.name), gpus=args.gpus, fresh=True)
+    backend = NodeBackend(gpus, node_handlers(NodeContext(node=args.name, paths=paths)))
+    exporter = JsonServer(exporter_routes(args.name, gpus), port=args.exporter_port,
                           on_error=lambda exc: log.exception("exporter_error"))
     agent = AgentServer(backend, token=paths.read_token(),
                         state_path=paths.agent_state(args.name), node=args.name,

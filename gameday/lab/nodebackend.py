@@ -1,0 +1,74 @@
+"""The node's virtual backend: GPU kinds on its virtual GPUs, every other kind by handler.
+
+A lab node applies GPU faults to its :class:`VirtualGpuBackend`; node-level kinds
+(links, storage, processes, hogs, services) are small :class:`NodeFault` handlers built
+from a :class:`NodeContext`. Add a kind by adding its handler to ``node_handlers``.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.lab.devices import VirtualGpuBackend
+from gameday.lab.layout import LabPaths
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a node-level handler may need to know about its node."""
+
+    node: str
+    paths: LabPaths
+
+
+class NodeFault(Protocol):
+    kind: str
+    injected_at: str
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        """Apply it; raise FaultRejected (one line naming the parameter) if invalid."""
+        ...
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        """Undo it (idempotent)."""
+        ...
+
+
+def node_handlers(context: NodeContext) -> list[NodeFault]:
+    """The node-level fault handlers of a lab node."""
+    return []
+
+
+class NodeBackend:
+    """Dispatches GPU kinds to the virtual GPUs and other kinds to their handlers."""
+
+    name = "virtual"
+
+    def __init__(self, gpus: VirtualGpuBackend, handlers: list[NodeFault]) -> None:
+        self.gpus = gpus
+        self.handlers = {handler.kind: handler for handler in handlers}
+
+    def inventory(self) -> dict[str, Any]:
+        return self.gpus.inventory()
+
+    def kinds(self) -> Mapping[str, str]:
+        return {**self.gpus.kinds(),
+                **{kind: handler.injected_at for kind, handler in self.handlers.items()}}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        handler = self.handlers.get(request.kind)
+        if handler is not None:
+            return handler.apply(fault_id, request)
+        if request.kind in self.gpus.kinds():
+            return self.gpus.apply(fault_id, request)
+        raise FaultRejected(f"fault kind {request.kind!r} is not supported by the lab node; "
+                            f"supported: {', '.join(sorted(self.kinds()))}")
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        handler = self.handlers.get(request.kind)
+        if handler is not None:
+            handler.revert(fault_id, request)
+        else:
+            self.gpus.revert(fault_id, request)

@@ -22,6 +22,11 @@ def redact(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mutable
     return event
 
 
+def _quiet_toolkit(record: logging.LogRecord) -> bool:
+    """The toolkit's own chatter goes to the log file only; its errors still show."""
+    return not record.name.startswith("chaostoolkit") or record.levelno >= logging.ERROR
+
+
 def configure(log_file: Path | None, *, terminal_level: int = logging.WARNING) -> None:
     """Route structlog and stdlib logging (chaoslib's too) to a JSON file and stderr."""
     shared: list[Any] = [
@@ -42,6 +47,7 @@ def configure(log_file: Path | None, *, terminal_level: int = logging.WARNING) -
     root.setLevel(logging.DEBUG if log_file else terminal_level)
     terminal = logging.StreamHandler(sys.stderr)
     terminal.setLevel(terminal_level)
+    terminal.addFilter(_quiet_toolkit)
     terminal.setFormatter(structlog.stdlib.ProcessorFormatter(
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.dev.ConsoleRenderer(colors=False)],

@@ -9,11 +9,12 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults.kinds.gpu import GPU_ECC
+from faults.kinds.gpu import GPU_ECC, GPU_FALL_OFF_BUS, GPU_OOM, GPU_THERMAL, GPU_XID
 from gameday import session as sessions
 from gameday.errors import GamedayError
+from gameday.fanout import inject_gpus
 
-__all__ = ["ecc_error", "revert"]
+__all__ = ["ecc_error", "fall_off_bus", "oom", "revert", "thermal_throttle", "xid_error"]
 
 
 def ecc_error(gpu: dict[str, Any], kind: str = "double_bit", count: int = 1,
@@ -37,6 +38,74 @@ def ecc_error(gpu: dict[str, Any], kind: str = "double_bit", count: int = 1,
     return _inject_on_gpus(GPU_ECC.name, "ecc_error", gpu, params, lease_s)
 
 
+def oom(gpu: dict[str, Any], size_bytes: int | None = None, fraction: float | None = None,
+        lease_s: float | None = None) -> dict[str, Any]:
+    """Hold device memory on the selected GPU(s), so the workload there runs out of it.
+
+    Give exactly one of ``size_bytes`` (how much to hold) or ``fraction`` (of the GPU's free
+    memory, in (0, 1]). Asking for more than is free is refused before anything is held.
+    In the lab the allocation is virtual (``DCGM_FI_DEV_FB_USED`` up) and the shard on the
+    GPU fails its next allocation with "CUDA out of memory" and exits; on a host the
+    agent really allocates it through the CUDA driver API (``injected_at: device``).
+    Reverting frees it.
+
+    Returns ``{"faults": [{"id", "gpu", "injected_at", "applied_at", "expires_at"}]}``.
+    """
+    params = GPU_OOM.validate({"size_bytes": size_bytes, "fraction": fraction})
+    given = [name for name in ("size_bytes", "fraction") if params[name] is not None]
+    if len(given) != 1:
+        raise ActivityFailed("gpu.oom needs exactly one of size_bytes or fraction, got "
+                             + (" and ".join(given) or "neither"))
+    if params["fraction"] is not None and params["fraction"] <= 0:
+        raise ActivityFailed("gpu.oom fraction must be > 0")
+    return _inject_on_gpus(GPU_OOM.name, "oom", gpu, params, lease_s)
+
+
+def xid_error(gpu: dict[str, Any], xid: int, lease_s: float | None = None) -> dict[str, Any]:
+    """Report an Xid on the selected GPU(s).
+
+    ``xid`` is the NVIDIA Xid number (1..999). In the lab it becomes the GPU's last Xid
+    (``DCGM_FI_DEV_XID_ERRORS``), and 48/79/94/95 stop the work on it; on a host the
+    agent writes the driver's ``NVRM: Xid (PCI:...): N, ...`` line to the kernel log and,
+    where DCGM runs, injects DCGM's Xid field. Reverting clears the Xid field (a kernel
+    log line stays written).
+    """
+    params = GPU_XID.validate({"xid": xid})
+    return _inject_on_gpus(GPU_XID.name, "xid_error", gpu, params, lease_s)
+
+
+def thermal_throttle(gpu: dict[str, Any], temperature_c: float = 92.0,
+                     clock_ratio: float = 0.5, reason: str = "hw_thermal",
+                     allow_device_settings: bool = False,
+                     lease_s: float | None = None) -> dict[str, Any]:
+    """Make the selected GPU(s) hot and throttled.
+
+    ``temperature_c`` is reported; the SM clock drops to ``clock_ratio`` of its maximum
+    (in (0, 1]); ``reason`` sets the clocks-event reasons, ``sw_thermal`` (0x20) or
+    ``hw_thermal`` (0x20 | 0x40). In the lab shards on the GPU answer slower by the clock
+    ratio. On a host DCGM's temperature and clocks-event fields are injected
+    (telemetry); with ``allow_device_settings: true`` the agent also really locks the
+    GPU's clocks through NVML (reset on revert) — refused without it.
+    """
+    params = GPU_THERMAL.validate({"temperature_c": temperature_c, "clock_ratio": clock_ratio,
+                                   "reason": reason,
+                                   "allow_device_settings": allow_device_settings})
+    if params["clock_ratio"] <= 0:
+        raise ActivityFailed("gpu.thermal clock_ratio must be > 0")
+    return _inject_on_gpus(GPU_THERMAL.name, "thermal_throttle", gpu, params, lease_s)
+
+
+def fall_off_bus(gpu: dict[str, Any], lease_s: float | None = None) -> dict[str, Any]:
+    """Make the selected GPU(s) fall off the bus (Xid 79).
+
+    In the lab the GPU leaves its node's inventory and metrics and the work on it fails
+    until reverted; on a host the agent reports Xid 79 (kernel log line, DCGM's Xid
+    field where DCGM runs) — a real GPU is never detached.
+    """
+    params = GPU_FALL_OFF_BUS.validate({})
+    return _inject_on_gpus(GPU_FALL_OFF_BUS.name, "fall_off_bus", gpu, params, lease_s)
+
+
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
     session = sessions.current()
@@ -55,9 +124,10 @@ def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],
         gpus = target.resolve_gpus(selector)
         session.check_blast_radius(gpus)
         applied = []
-        for gpu in gpus:
-            entry = session.inject(node=gpu.node, kind=kind, target={"gpu": gpu.index},
-                                   params=params, action=action, lease_s=lease_s)
+        # many GPUs (e.g. {percent: 10} of a fleet): concurrently, all or nothing
+        entries = inject_gpus(session, gpus, kind=kind, params=params, action=action,
+                              lease_s=lease_s)
+        for gpu, entry in zip(gpus, entries, strict=True):
             applied.append({"id": entry.id, "gpu": gpu.label(), "injected_at": entry.injected_at,
                             "applied_at": entry.applied_at, "expires_at": entry.expires_at})
     except GamedayError as exc:

@@ -13,7 +13,9 @@ from faults.backends.base import HostFault
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 
-AREAS: tuple[str, ...] = ()
+AREAS: tuple[str, ...] = ("faults.backends.gpu", "faults.backends.net",
+                          "faults.backends.proxy", "faults.backends.storage",
+                          "faults.backends.process", "faults.backends.node")
 
 
 class HostBackend:

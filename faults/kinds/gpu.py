@@ -28,5 +28,83 @@ GPU_ECC = FaultKind(
     tags=("gpu", "ecc", "xid", "hbm"),
 )
 
+GPU_OOM = FaultKind(
+    name="gpu.oom",
+    summary="device memory held by someone else: the GPU's free memory drops and the "
+            "workload's next allocation fails with CUDA out of memory",
+    module="faults.gpu",
+    func="oom",
+    coverage_layer="device",
+    injected_at={"lab": "virtual", "host": "device"},
+    selector="gpu",
+    params=(
+        Param("size_bytes", int, "bytes to hold (give this or fraction)", default=None,
+              minimum=1, nullable=True),
+        Param("fraction", float, "fraction of the GPU's free memory to hold, in (0, 1] "
+              "(give this or size_bytes)", default=None, minimum=0.0, maximum=1.0,
+              nullable=True),
+    ),
+    seen_through="DCGM_FI_DEV_FB_USED up, DCGM_FI_DEV_FB_FREE down; the workload's "
+                 "allocations fail (CUDA out of memory) and it exits",
+    tags=("gpu", "oom", "memory", "hbm"),
+)
 
-KINDS: tuple[FaultKind, ...] = (GPU_ECC,)
+GPU_XID = FaultKind(
+    name="gpu.xid",
+    summary="an Xid reported by the NVIDIA driver: a kernel-log line in the driver's "
+            "format and, where DCGM runs, its Xid field",
+    module="faults.gpu",
+    func="xid_error",
+    coverage_layer="device",
+    injected_at={"lab": "virtual", "host": "driver"},
+    selector="gpu",
+    params=(
+        Param("xid", int, "the Xid (e.g. 13, 31, 43, 48, 63, 74, 79, 94, 95, 119)",
+              required=True, minimum=1, maximum=999),
+    ),
+    seen_through="DCGM_FI_DEV_XID_ERRORS; the kernel log (dmesg, node problem detector)",
+    tags=("gpu", "xid", "driver"),
+)
+
+GPU_THERMAL = FaultKind(
+    name="gpu.thermal",
+    summary="a hot GPU holding its clocks down: temperature up, SM clock down, "
+            "thermal clocks-event reasons set, work slower by the clock ratio",
+    module="faults.gpu",
+    func="thermal_throttle",
+    coverage_layer="device",
+    injected_at={"lab": "virtual", "host": "telemetry"},
+    selector="gpu",
+    params=(
+        Param("temperature_c", float, "GPU temperature reported while throttled",
+              default=92.0, minimum=30.0, maximum=120.0),
+        Param("clock_ratio", float, "SM clock as a fraction of its maximum, in (0, 1]",
+              default=0.5, minimum=0.0, maximum=1.0),
+        Param("reason", str, "sw_thermal (clocks-event bit 0x20) or hw_thermal "
+              "(0x20 | 0x40)", default="hw_thermal", choices=("sw_thermal", "hw_thermal")),
+        Param("allow_device_settings", bool, "host only: really slow the GPU down by "
+              "locking its clocks (NVML; reset on revert); off: telemetry only",
+              default=False),
+    ),
+    seen_through="DCGM_FI_DEV_GPU_TEMP, DCGM_FI_DEV_SM_CLOCK, "
+                 "DCGM_FI_DEV_CLOCKS_EVENT_REASONS; higher latency",
+    tags=("gpu", "thermal", "throttle", "clocks"),
+)
+
+GPU_FALL_OFF_BUS = FaultKind(
+    name="gpu.fall_off_bus",
+    summary="the GPU falls off the bus (Xid 79): it leaves the inventory and the "
+            "metrics, and the work on it fails",
+    module="faults.gpu",
+    func="fall_off_bus",
+    coverage_layer="device",
+    injected_at={"lab": "virtual", "host": "driver"},
+    selector="gpu",
+    params=(),
+    seen_through="the GPU's dcgm-exporter series vanish; DCGM_FI_DEV_XID_ERRORS 79; the "
+                 "kernel log",
+    tags=("gpu", "xid", "pcie", "fall_off_bus"),
+)
+
+
+KINDS: tuple[FaultKind, ...] = (GPU_ECC, GPU_OOM, GPU_XID, GPU_THERMAL, GPU_FALL_OFF_BUS)

@@ -14,7 +14,8 @@ from gameday.lab.httpjson import fetch_json
 __all__ = ["CRITICAL_ALERTS", "Alert", "PrometheusAlerts", "parse_alerts"]
 
 #: Alerts on which the controller cordons the GPU and moves its shards away.
-CRITICAL_ALERTS: Final = frozenset({"GpuDoubleBitEcc", "GpuCriticalXid"})
+CRITICAL_ALERTS: Final = frozenset({"GpuDoubleBitEcc", "GpuCriticalXid", "GpuFellOffBus",
+                                    "GpuThermalThrottle"})
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,12 @@ from typing import Any
 from gameday.lab.files import read_json, write_atomic
 
 __all__ = [
+    "CLOCK_EVENT_HW_THERMAL",
+    "CLOCK_EVENT_SW_THERMAL",
     "GPU_FIELDS",
     "MEMORY_TOTAL_MIB",
     "MODEL_NAME",
+    "SM_CLOCK_MHZ",
     "GpuState",
     "GpuStateWatcher",
     "fresh_gpu",
@@ -30,8 +33,11 @@ __all__ = [
 
 MODEL_NAME = "NVIDIA H100 80GB HBM3 (virtual)"
 MEMORY_TOTAL_MIB = 81559
-SM_CLOCK_MHZ = 1980
+SM_CLOCK_MHZ = 1980  # the maximum (and, healthy, the current) SM clock
 IDLE_MEMORY_MIB = 1
+#: Clocks-event reason bits (NVML ``nvmlClocksEventReason*``, DCGM field 112).
+CLOCK_EVENT_SW_THERMAL = 0x20
+CLOCK_EVENT_HW_THERMAL = 0x40
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -58,6 +64,7 @@ class GpuState:
     nvlink_domain: str
     present: bool  # False: fell off the bus
     weights_corrupted: bool  # silent corruption of what lives in its memory
+    clock_event_reasons: int = 0  # bitmask of why clocks are held down (0x20/0x40 thermal)
 
     @property
     def label(self) -> str:
@@ -69,7 +76,7 @@ class GpuState:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "GpuState":
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 #: The names of :class:`GpuState`'s fields.

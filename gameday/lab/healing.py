@@ -7,12 +7,14 @@ from a :class:`ShardLauncher`, routes go out through a ``push`` callback.
 
 Rules:
 
-- a critical alert (``GpuDoubleBitEcc``, ``GpuCriticalXid``) on a healthy GPU cordons
+- a critical alert (``GpuDoubleBitEcc``, ``GpuCriticalXid``, ``GpuFellOffBus``,
+  ``GpuThermalThrottle``) on a healthy GPU cordons
   it; every shard served from a cordoned GPU moves (:func:`choose_gpu`): the
   replacement is started, and once it answers ``/healthz`` the routes are pushed and
   only then is the old process stopped;
 - a cordoned GPU with no critical alert firing any more is uncordoned (a spare again);
-- a shard process that exited is restarted, on the same GPU when healthy;
+- a shard process that exited is restarted, on the same GPU when healthy; if that
+  restart fails too (e.g. the GPU is out of memory), the next try moves it elsewhere;
 - ``GpuSingleBitEcc`` (warning) is recorded, nothing more.
 """
 
@@ -79,6 +81,7 @@ class _Shard:
     starting: _Start | None = None
     failures: int = 0
     retry_at: float = 0.0  # monotonic
+    failed_on: GpuKey | None = None  # where the last start failed
 
 
 @dataclass
@@ -189,6 +192,10 @@ class Healer:
             seen_at = self._critical_seen.get(serving.gpu)
             target = choose_gpu(self.gpus, self._load(shard), avoid=serving.gpu,
                                 domain=self._gpus[serving.gpu].nvlink_domain)
+        elif shard.failed_on == serving.gpu:
+            reason = "moved"  # restarting in place failed: try another GPU
+            target = choose_gpu(self.gpus, self._load(shard), avoid=serving.gpu,
+                                domain=self._gpus[serving.gpu].nvlink_domain)
         else:
             reason = "restarted"
             target = choose_gpu(self.gpus, self._load(shard), prefer=serving.gpu,
@@ -225,6 +232,7 @@ class Healer:
                     problem=problem)
         self._retire(inst.handle, mono)
         shard.starting = None
+        shard.failed_on = inst.gpu
         shard.failures += 1
         shard.retry_at = mono + min(5.0, 0.25 * 2 ** shard.failures)
 
@@ -233,6 +241,7 @@ class Healer:
         shard.serving = start.instance
         shard.starting = None
         shard.failures = 0
+        shard.failed_on = None
         self.version += 1
         self.push(self.version, self.routes())
         now = self.clock.now()

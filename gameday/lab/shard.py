@@ -13,7 +13,13 @@ that GPU would:
   ``{"error": "uncorrectable ECC error (Xid 48) on node-0/gpu0"}``;
 - GPU not present, or Xid 79: HTTP 500;
 - weights corrupted: the in-memory weights are perturbed (deterministically) and the
-  shard keeps answering, wrongly and silently; once cleared, it reloads from the store.
+  shard keeps answering, wrongly and silently; once cleared, it reloads from the store;
+- less than ``SHARD_ALLOCATION_MIB`` of device memory free (``gpu.oom``): the next
+  allocation fails, HTTP 500 ``{"error": "CUDA out of memory: ..."}``, and the process
+  exits with code 1 (a crashed inference server); at start it exits before serving;
+- clocks held down (``gpu.thermal``): each answer takes longer, as the request's device
+  time (``MODEL_DEVICE_MS`` at full clock) would at the lower clock: the shard sleeps
+  ``MODEL_DEVICE_MS * (max_clock / clock - 1)`` ms after computing.
 
 Once serving, it writes ``{"url", "pid", ...}`` to the ready file (atomically). Its
 starter sets ``OPENBLAS_NUM_THREADS=1``: one BLAS thread, deterministic sums.
@@ -24,7 +30,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -33,7 +40,7 @@ import numpy as np
 import structlog
 
 from gameday.lab.files import write_json_atomic
-from gameday.lab.gpustate import GpuState, GpuStateWatcher, gpu_state_path
+from gameday.lab.gpustate import SM_CLOCK_MHZ, GpuState, GpuStateWatcher, gpu_state_path
 from gameday.lab.httpjson import (
     JsonServer,
     Request,
@@ -46,7 +53,8 @@ from gameday.lab.logs import configure_logging
 from gameday.lab.model import ShardWeights, load_shard, load_spec
 from gameday.lab.proc import tie_to_parent
 
-__all__ = ["ShardServer", "gpu_fault", "main"]
+__all__ = ["ShardOutOfMemory", "ShardServer", "gpu_fault", "main", "out_of_memory",
+           "throttle_delay_s"]
 
 log = structlog.get_logger("gameday.lab.shard")
 
@@ -54,6 +62,35 @@ log = structlog.get_logger("gameday.lab.shard")
 FATAL_ECC_XIDS = (48, 94, 95)
 XID_FALLEN_OFF_BUS = 79
 MAX_BATCH = 4096
+#: Device memory a shard allocates for its weights at start, and for each request's
+#: activations (virtual: it is not counted in the GPU's used memory).
+SHARD_ALLOCATION_MIB = 2048
+#: The modelled device time of one request at full SM clock. The lab does not sleep for
+#: it (the numpy compute stands in), only for what a lower clock adds to it.
+MODEL_DEVICE_MS = 50.0
+
+
+class ShardOutOfMemory(Exception):
+    """The shard's allocation failed: the GPU has too little free memory."""
+
+
+def out_of_memory(state: GpuState | None, label: str,
+                  need_mib: int = SHARD_ALLOCATION_MIB) -> str | None:
+    """The CUDA out-of-memory error an allocation of ``need_mib`` gets now, or ``None``."""
+    if state is None:
+        return None
+    free = state.memory_total_mib - state.memory_used_mib
+    if free >= need_mib:
+        return None
+    return (f"CUDA out of memory: tried to allocate {need_mib} MiB on {label} "
+            f"({free} MiB free of {state.memory_total_mib} MiB)")
+
+
+def throttle_delay_s(state: GpuState | None) -> float:
+    """How much longer a request takes on this GPU's current SM clock than at full clock."""
+    if state is None or state.sm_clock_mhz <= 0 or state.sm_clock_mhz >= SM_CLOCK_MHZ:
+        return 0.0
+    return MODEL_DEVICE_MS * (SM_CLOCK_MHZ / state.sm_clock_mhz - 1.0) / 1000.0
 
 
 def gpu_fault(state: GpuState | None, baseline_dbe: int, label: str) -> str | None:
@@ -72,7 +109,9 @@ def gpu_fault(state: GpuState | None, baseline_dbe: int, label: str) -> str | No
 class ShardServer:
     """The shard's weights, following its GPU's state."""
 
-    def __init__(self, paths: LabPaths, shard: int, node: str, gpu: int) -> None:
+    def __init__(self, paths: LabPaths, shard: int, node: str, gpu: int, *,
+                 on_fatal: Callable[[str], None] = lambda reason: None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.paths = paths
         self.shard = shard
         self.node = node
@@ -80,10 +119,16 @@ class ShardServer:
         self.label = f"{node}/gpu{gpu}"
         self.d_in = load_spec(paths.store).d_in
         self._watcher = GpuStateWatcher(gpu_state_path(paths.node_dir(node), gpu))
+        self._on_fatal = on_fatal
+        self._sleep = sleep
+        self._delay_s = 0.0
         self._lock = threading.Lock()
         self._weights = load_shard(paths.store, shard)
         self._corrupted = False
         start = self._watcher.current()
+        oom = out_of_memory(start, self.label)
+        if oom is not None:
+            raise ShardOutOfMemory(oom)
         self._baseline_dbe = start.ecc_dbe_total if start is not None else 0
         self._follow(start)
 
@@ -104,7 +149,12 @@ class ShardServer:
             fault = gpu_fault(state, self._baseline_dbe, self.label)
             if fault is not None:
                 return None, fault
+            oom = out_of_memory(state, self.label)
+            if oom is not None:
+                self._on_fatal(oom)
+                return None, oom
             self._follow(state)
+            self._delay_s = throttle_delay_s(state)
             return self._weights, None
 
     def partial(self, request: Request) -> Response:
@@ -119,7 +169,11 @@ class ShardServer:
         weights, fault = self.check()
         if weights is None:
             return error_response(500, fault or "unavailable")
-        return json_response(200, {"partial": weights.partial(x).tolist(), "shard": self.shard})
+        answer = json_response(200, {"partial": weights.partial(x).tolist(),
+                                     "shard": self.shard})
+        if self._delay_s > 0:
+            self._sleep(self._delay_s)
+        return answer
 
     def healthz(self, _: Request) -> Response:
         weights, fault = self.check()
@@ -151,7 +205,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    shard = ShardServer(LabPaths(args.dir), args.shard, args.node, args.gpu)
+    fatal: list[str] = []
+
+    def crash(reason: str) -> None:
+        if not fatal:
+            fatal.append(reason)
+            log.error("shard_crashed", shard=args.shard, error=reason)
+        stop.set()
+
+    try:
+        shard = ShardServer(LabPaths(args.dir), args.shard, args.node, args.gpu,
+                            on_fatal=crash)
+    except ShardOutOfMemory as exc:
+        log.error("shard_start_failed", shard=args.shard, error=str(exc))
+        return 1
     server = JsonServer({("POST", "/partial"): shard.partial,
                          ("GET", "/healthz"): shard.healthz},
                         port=args.port, on_error=lambda exc: log.exception("handler_error"))
@@ -160,9 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json_atomic(args.ready_file, {"url": server.url, **shard.describe()})
     log.info("shard_serving", url=server.url, shard=args.shard, gpu=shard.label)
     stop.wait()
+    if fatal:
+        time.sleep(0.05)  # let the failing answer go out before the process dies
     server.stop()
-    log.info("shard_stopped", shard=args.shard)
-    return 0
+    log.info("shard_stopped", shard=args.shard, crashed=bool(fatal))
+    return 1 if fatal else 0
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ def test_inventory_and_kinds(backend: VirtualGpuBackend) -> None:
                               "name": "NVIDIA H100 80GB HBM3 (virtual)", "memory_mib": 81559,
                               "nvlink_domain": "node-0"}
     assert inv["gpus"][0]["uuid"].startswith("GPU-") and len(inv["gpus"][0]["uuid"]) == 40
-    assert backend.kinds() == {"gpu.ecc": "virtual"}
+    assert backend.kinds() == {kind: "virtual" for kind in (
+        "gpu.ecc", "gpu.oom", "gpu.xid", "gpu.thermal", "gpu.fall_off_bus")}
 
 
 @pytest.mark.parametrize(("request_", "names"), [
@@ -47,7 +48,7 @@ def test_inventory_and_kinds(backend: VirtualGpuBackend) -> None:
     (ecc(kind="double_bit", corrupt_weights="yes"), "'corrupt_weights'"),
     (ecc(kind="double_bit", count=0), "'count'"),
     (ecc(kind="double_bit", colour="red"), "'colour'"),
-    (FaultRequest("gpu.thermal", {"gpu": 0}, {}), "gpu.thermal"),
+    (FaultRequest("gpu.melt", {"gpu": 0}, {}), "gpu.melt"),
 ])
 def test_invalid_requests_are_rejected_naming_the_parameter(
         backend: VirtualGpuBackend, request_: FaultRequest, names: str) -> None:

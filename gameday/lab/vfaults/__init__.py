@@ -4,11 +4,16 @@ from collections.abc import Mapping
 from typing import Final
 
 from gameday.lab.vfaults.base import GpuChange, VirtualFault
+from gameday.lab.vfaults.bus import FallOffBusFault
 from gameday.lab.vfaults.ecc import EccFault
+from gameday.lab.vfaults.oom import OomFault
+from gameday.lab.vfaults.thermal import ThermalFault
+from gameday.lab.vfaults.xid import XidFault
 
 __all__ = ["VIRTUAL_FAULTS", "GpuChange", "VirtualFault"]
 
 #: Every kind the virtual backend applies, by name.
 VIRTUAL_FAULTS: Final[Mapping[str, VirtualFault]] = {
-    fault.kind: fault for fault in (EccFault(),)
+    fault.kind: fault for fault in (EccFault(), OomFault(), XidFault(), ThermalFault(),
+                                    FallOffBusFault())
 }

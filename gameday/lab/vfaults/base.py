@@ -18,6 +18,7 @@ __all__ = [
     "bool_param",
     "check_known",
     "choice_param",
+    "float_param",
     "int_param",
     "target_gpu",
 ]
@@ -110,3 +111,16 @@ def choice_param(kind: str, params: Mapping[str, Any], name: str, choices: Seque
                             f"{', '.join(repr(c) for c in choices)}, got {value!r}")
     chosen: T = value
     return chosen
+
+
+def float_param(kind: str, params: Mapping[str, Any], name: str, *, default: float,
+                low: float, high: float, low_open: bool = False) -> float:
+    """A number in ``[low, high]`` (``(low, high]`` with ``low_open``); ints are accepted."""
+    value = params.get(name, default)
+    ok = (not isinstance(value, bool) and isinstance(value, int | float)
+          and (value > low if low_open else value >= low) and value <= high)
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise FaultRejected(f"{kind}: parameter {name!r} must be a number in {bracket}{low:g}, "
+                            f"{high:g}], got {value!r}")
+    return float(value)

@@ -1,0 +1,204 @@
+"""Device memory through the CUDA driver API: what ``gpu.oom`` holds on a real GPU.
+
+:class:`CudaDriver` is the seam: the handful of driver calls ``gpu.oom`` needs.
+:class:`LibCuda` implements it with ctypes on ``libcuda.so.1`` (``cuInit``,
+``cuDeviceGetByPCIBusId``/``cuDeviceGet``, ``cuCtxCreate``, ``cuMemGetInfo``,
+``cuMemAlloc``, ``cuMemFree``), so no CUDA toolkit or Python package is needed, only the
+driver. :class:`MemoryHold` is the logic: it checks the request against the free
+memory *before* allocating anything, allocates in chunks, and frees everything (and
+destroys its context) on release — also when an allocation fails half-way.
+
+The agent process holds the memory: the context lives as long as the fault.
+"""
+
+import ctypes
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from gameday.errors import FaultRejected
+
+__all__ = ["CHUNK_BYTES", "CudaDriver", "CudaError", "LibCuda", "MemoryHold", "hold_memory"]
+
+#: Allocations are made in chunks of at most this size (fragmentation-friendly).
+CHUNK_BYTES: Final = 1 << 30
+_LIBRARY: Final = "libcuda.so.1"
+
+
+class CudaError(Exception):
+    """A CUDA driver call failed: ``cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY``."""
+
+
+class CudaDriver(Protocol):
+    """The CUDA driver calls that hold device memory. Contexts and pointers are opaque ints."""
+
+    def unavailable(self) -> str | None:
+        """None when the driver is usable, else a one-line reason."""
+        ...
+
+    def device(self, pci_bus_id: str | None, ordinal: int) -> int:
+        """The CUDA device for a PCI bus id (``0000:18:00.0``), else by ordinal."""
+        ...
+
+    def create_context(self, device: int) -> int: ...
+
+    def destroy_context(self, context: int) -> None: ...
+
+    def mem_get_info(self, context: int) -> tuple[int, int]:
+        """``(free, total)`` bytes of the context's device."""
+        ...
+
+    def mem_alloc(self, context: int, size: int) -> int: ...
+
+    def mem_free(self, context: int, pointer: int) -> None: ...
+
+
+@dataclass
+class MemoryHold:
+    """Device memory held on one GPU until :meth:`release`."""
+
+    driver: CudaDriver
+    context: int
+    pointers: list[int] = field(default_factory=list)
+    held_bytes: int = 0
+    free_before: int = 0
+    total: int = 0
+
+    def release(self) -> None:
+        """Free every chunk and destroy the context (idempotent)."""
+        while self.pointers:
+            self.driver.mem_free(self.context, self.pointers.pop())
+        if self.context:
+            self.driver.destroy_context(self.context)
+            self.context = 0
+        self.held_bytes = 0
+
+
+def hold_memory(driver: CudaDriver, *, pci_bus_id: str | None, ordinal: int,
+                size_bytes: int | None = None, fraction: float | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> MemoryHold:
+    """Allocate ``size_bytes``, or ``fraction`` of the free memory, on one GPU.
+
+    Refused (:class:`FaultRejected`, nothing held) when more is asked than is free, or
+    when the driver fails; a failure half-way frees what was already allocated.
+    """
+    if (size_bytes is None) == (fraction is None):
+        raise FaultRejected("gpu.oom: give exactly one of size_bytes or fraction")
+    try:
+        context = driver.create_context(driver.device(pci_bus_id, ordinal))
+    except CudaError as exc:
+        raise FaultRejected(f"gpu.oom: {exc}") from None
+    hold = MemoryHold(driver, context)
+    try:
+        free, total = driver.mem_get_info(context)
+        hold.free_before, hold.total = free, total
+        wanted = size_bytes if size_bytes is not None else math.floor(free * (fraction or 0))
+        if wanted < 1:
+            raise FaultRejected(f"gpu.oom: nothing to hold ({free} bytes free)")
+        if wanted > free:
+            raise FaultRejected(f"gpu.oom: cannot hold {wanted} bytes: only {free} of {total} "
+                                "bytes are free; nothing was allocated")
+        while hold.held_bytes < wanted:
+            size = min(chunk_bytes, wanted - hold.held_bytes)
+            hold.pointers.append(driver.mem_alloc(context, size))
+            hold.held_bytes += size
+    except CudaError as exc:
+        held = hold.held_bytes
+        hold.release()
+        raise FaultRejected(f"gpu.oom: {exc} after {held} bytes; freed them again") from None
+    except BaseException:
+        hold.release()
+        raise
+    return hold
+
+
+class LibCuda:
+    """:class:`CudaDriver` on the real ``libcuda.so.1`` through ctypes.
+
+    Loading never raises: :meth:`unavailable` says why the driver cannot be used.
+    Calls are serialised; each pushes its context onto the calling thread and pops it.
+    """
+
+    def __init__(self, library: str = _LIBRARY) -> None:
+        self._lib: ctypes.CDLL | None = None
+        self._reason: str | None = None
+        self._lock = threading.Lock()
+        try:
+            self._lib = ctypes.CDLL(library)
+        except OSError as exc:
+            self._reason = f"no CUDA driver ({exc})"
+            return
+        try:
+            self._call("cuInit", ctypes.c_uint(0))
+        except CudaError as exc:
+            self._lib, self._reason = None, f"the CUDA driver does not initialise: {exc}"
+
+    def unavailable(self) -> str | None:
+        """None when the driver is usable, else a one-line reason."""
+        return self._reason
+
+    def _call(self, name: str, *args: object) -> None:
+        if self._lib is None:
+            raise CudaError(self._reason or "the CUDA driver is not loaded")
+        result = int(getattr(self._lib, name)(*args))
+        if result != 0:
+            raise CudaError(f"{name}: {self._error_name(result)}")
+
+    def _error_name(self, code: int) -> str:
+        text = ctypes.c_char_p()
+        assert self._lib is not None
+        if int(self._lib.cuGetErrorName(code, ctypes.byref(text))) == 0 and text.value:
+            return text.value.decode()
+        return f"CUresult {code}"
+
+    @contextmanager
+    def _current(self, context: int) -> Iterator[None]:
+        with self._lock:
+            self._call("cuCtxPushCurrent_v2", ctypes.c_void_p(context))
+            try:
+                yield
+            finally:
+                popped = ctypes.c_void_p()
+                self._call("cuCtxPopCurrent_v2", ctypes.byref(popped))
+
+    def device(self, pci_bus_id: str | None, ordinal: int) -> int:
+        device = ctypes.c_int()
+        with self._lock:
+            if pci_bus_id:
+                self._call("cuDeviceGetByPCIBusId", ctypes.byref(device),
+                           ctypes.c_char_p(pci_bus_id.encode()))
+            else:
+                self._call("cuDeviceGet", ctypes.byref(device), ctypes.c_int(ordinal))
+        return device.value
+
+    def create_context(self, device: int) -> int:
+        context = ctypes.c_void_p()
+        with self._lock:
+            self._call("cuCtxCreate_v2", ctypes.byref(context), ctypes.c_uint(0),
+                       ctypes.c_int(device))
+            popped = ctypes.c_void_p()  # cuCtxCreate made it current here; leave no trace
+            self._call("cuCtxPopCurrent_v2", ctypes.byref(popped))
+        return int(context.value or 0)
+
+    def destroy_context(self, context: int) -> None:
+        with self._lock:
+            self._call("cuCtxDestroy_v2", ctypes.c_void_p(context))
+
+    def mem_get_info(self, context: int) -> tuple[int, int]:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        with self._current(context):
+            self._call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+    def mem_alloc(self, context: int, size: int) -> int:
+        pointer = ctypes.c_uint64()
+        with self._current(context):
+            self._call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(size))
+        return pointer.value
+
+    def mem_free(self, context: int, pointer: int) -> None:
+        with self._current(context):
+            self._call("cuMemFree_v2", ctypes.c_uint64(pointer))

@@ -1,0 +1,167 @@
+"""DCGM field injection: faults only the monitoring pipeline sees (``injected_at: telemetry``).
+
+DCGM can be told a field's value (``dcgmInjectFieldValue``, the API DCGM's own tests
+use): dcgm-exporter, DCGM health watches and policies then see it as if the GPU had
+reported it. :class:`DcgmFields` is the seam; :class:`PyDcgm` implements it with DCGM's
+Python bindings (``pydcgm``, ``dcgm_structs``, ``dcgm_agent_internal``, shipped with DCGM,
+e.g. in ``/usr/share/datacenter-gpu-manager-4/bindings/python3``; put that directory on
+``PYTHONPATH``), connected to the host engine (``nv-hostengine``, 127.0.0.1:5555).
+
+DCGM keeps sampling real GPUs, so a live field would soon be overwritten by the next
+real sample: :class:`HeldInjection` re-injects its values every ``refresh_s`` while
+the fault lasts and, on release, injects the values from before.
+"""
+
+import importlib
+import threading
+import time
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, Final, Protocol
+
+__all__ = ["FIELDS", "DcgmError", "DcgmFields", "HeldInjection", "PyDcgm"]
+
+#: The DCGM field ids gameday injects.
+FIELDS: Final = {
+    "DCGM_FI_DEV_SM_CLOCK": 100,
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 112,
+    "DCGM_FI_DEV_GPU_TEMP": 150,
+    "DCGM_FI_DEV_XID_ERRORS": 230,
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 310,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 311,
+}
+_BLANK_INT64: Final = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_BLANK and above: no value
+_BINDINGS: Final = ("pydcgm", "dcgm_structs", "dcgm_fields", "dcgm_agent",
+                    "dcgm_agent_internal", "dcgm_structs_internal")
+
+
+class DcgmError(Exception):
+    """A DCGM call failed (one line)."""
+
+
+class DcgmFields(Protocol):
+    """Read and inject integer fields of GPUs known to DCGM."""
+
+    def unavailable(self) -> str | None: ...
+
+    def gpu_id(self, uuid: str) -> int:
+        """DCGM's id of the GPU with this UUID; :class:`DcgmError` if DCGM has none."""
+        ...
+
+    def latest(self, gpu_id: int, field_id: int) -> int | None: ...
+
+    def inject(self, gpu_id: int, field_id: int, value: int) -> None: ...
+
+
+class HeldInjection:
+    """Field values injected for one GPU and held until :meth:`release`."""
+
+    def __init__(self, dcgm: DcgmFields, gpu_id: int, values: Mapping[int, int], *,
+                 refresh_s: float = 1.0) -> None:
+        self.dcgm = dcgm
+        self.gpu_id = gpu_id
+        self.values = dict(values)
+        self.refresh_s = refresh_s
+        self.before = {field: dcgm.latest(gpu_id, field) for field in self.values}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._inject_all()  # errors here reach the caller: nothing is held then
+        if refresh_s > 0:
+            self._thread = threading.Thread(target=self._refresh, daemon=True,
+                                            name=f"dcgm-hold-{gpu_id}")
+            self._thread.start()
+
+    def _inject_all(self) -> None:
+        for field, value in self.values.items():
+            self.dcgm.inject(self.gpu_id, field, value)
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            try:
+                self._inject_all()
+            except DcgmError:
+                continue
+
+    def release(self) -> None:
+        """Stop holding and inject the values from before (0 where there was none)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for field, value in self.before.items():
+            self.dcgm.inject(self.gpu_id, field, 0 if value is None else value)
+
+
+class PyDcgm:
+    """:class:`DcgmFields` on DCGM's Python bindings and its host engine.
+
+    Importing the bindings is tried once; :meth:`unavailable` says why DCGM cannot be
+    used. The host engine is connected on first use.
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self._modules: dict[str, ModuleType] = {}
+        self._reason: str | None = None
+        self._handle: Any = None
+        self._lock = threading.Lock()
+        try:
+            for name in _BINDINGS:
+                self._modules[name] = importlib.import_module(name)
+        except Exception as exc:  # the bindings load libdcgm.so at import time
+            self._reason = (f"DCGM's Python bindings are not importable ({exc}); install DCGM "
+                            "and put its bindings/python3 directory on PYTHONPATH")
+
+    def unavailable(self) -> str | None:
+        return self._reason
+
+    def _connected(self) -> Any:
+        if self._reason is not None:
+            raise DcgmError(self._reason)
+        with self._lock:
+            if self._handle is None:
+                try:
+                    self._handle = self._modules["pydcgm"].DcgmHandle(ipAddress=self.host)
+                except Exception as exc:
+                    raise DcgmError(f"cannot connect to nv-hostengine at {self.host}: "
+                                    f"{exc}") from None
+            return self._handle.handle
+
+    def gpu_id(self, uuid: str) -> int:
+        handle = self._connected()
+        agent = self._modules["dcgm_agent"]
+        try:
+            for gpu_id in agent.dcgmGetAllSupportedDevices(handle):
+                found = agent.dcgmGetDeviceAttributes(handle, gpu_id).identifiers.uuid
+                text = found.decode() if isinstance(found, bytes) else str(found)
+                if text == uuid:
+                    return int(gpu_id)
+        except Exception as exc:
+            raise DcgmError(f"DCGM cannot list its GPUs: {exc}") from None
+        raise DcgmError(f"DCGM knows no GPU {uuid}")
+
+    def latest(self, gpu_id: int, field_id: int) -> int | None:
+        handle = self._connected()
+        try:
+            [value] = self._modules["dcgm_agent_internal"].dcgmGetLatestValuesForFields(
+                handle, gpu_id, [field_id])
+        except Exception as exc:
+            raise DcgmError(f"DCGM cannot read field {field_id}: {exc}") from None
+        number = int(value.value.i64)
+        return None if value.status != 0 or number >= _BLANK_INT64 else number
+
+    def inject(self, gpu_id: int, field_id: int, value: int) -> None:
+        handle = self._connected()
+        internal = self._modules["dcgm_structs_internal"]
+        field = internal.c_dcgmInjectFieldValue_v1()
+        field.version = internal.dcgmInjectFieldValue_version1
+        field.fieldId = field_id
+        field.status = 0
+        field.fieldType = ord(self._modules["dcgm_fields"].DCGM_FT_INT64)
+        field.ts = int(time.time() * 1_000_000)
+        field.value.i64 = int(value)
+        try:
+            self._modules["dcgm_agent_internal"].dcgmInjectFieldValue(handle, gpu_id, field)
+        except Exception as exc:
+            raise DcgmError(f"DCGM refused to inject field {field_id}={value}: {exc}") from None

@@ -1,0 +1,109 @@
+/* STAND-IN for the CUDA driver (libcuda.so.1): the driver calls gameday's gpu.oom makes,
+ * over two pretend devices of 8 GiB each. Test helpers: standin_* functions. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+#define MAX_ALLOCS 4096
+static const size_t TOTAL = 8ULL << 30;
+static size_t used[2];
+static int initialised;
+static CUcontext stack[64];
+static int depth;
+static int live_contexts;
+static struct { CUdeviceptr ptr; size_t size; int device; } allocs[MAX_ALLOCS];
+typedef struct { int device; } context_t;
+
+static int current_device(void) { return depth ? ((context_t *)stack[depth - 1])->device : -1; }
+
+CUresult cuInit(unsigned int flags) { if (flags) return 1; initialised = 1; return 0; }
+
+CUresult cuGetErrorName(CUresult error, const char **name) {
+    switch (error) {
+    case 1: *name = "CUDA_ERROR_INVALID_VALUE"; return 0;
+    case 2: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
+    case 3: *name = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
+    case 201: *name = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
+    default: return 1;
+    }
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!initialised) return 3;
+    if (ordinal < 0 || ordinal > 1) return 1;
+    *device = ordinal;
+    return 0;
+}
+
+CUresult cuDeviceGetByPCIBusId(CUdevice *device, const char *bus_id) {
+    if (!initialised) return 3;
+    if (strcmp(bus_id, "00000000:18:00.0") == 0) { *device = 0; return 0; }
+    if (strcmp(bus_id, "00000000:28:00.0") == 0) { *device = 1; return 0; }
+    return 1;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *context, unsigned int flags, CUdevice device) {
+    context_t *created = malloc(sizeof *created);
+    if (flags || device < 0 || device > 1) return 1;
+    created->device = device;
+    *context = created;
+    stack[depth++] = created;
+    live_contexts++;
+    return 0;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext context) { stack[depth++] = context; return 0; }
+
+CUresult cuCtxPopCurrent_v2(CUcontext *context) {
+    if (!depth) return 201;
+    *context = stack[--depth];
+    return 0;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext context) { free(context); live_contexts--; return 0; }
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    int device = current_device();
+    if (device < 0) return 201;
+    *free_bytes = TOTAL - used[device];
+    *total = TOTAL;
+    return 0;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *pointer, size_t size) {
+    int device = current_device();
+    if (device < 0) return 201;
+    if (size > TOTAL - used[device]) return 2;
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (!allocs[i].ptr) {
+            allocs[i].ptr = 0x7f0000000000ULL + (CUdeviceptr)i * 0x100000ULL + 0x1000;
+            allocs[i].size = size;
+            allocs[i].device = device;
+            used[device] += size;
+            *pointer = allocs[i].ptr;
+            return 0;
+        }
+    }
+    return 2;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr pointer) {
+    if (current_device() < 0) return 201;
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].ptr == pointer) {
+            used[allocs[i].device] -= allocs[i].size;
+            allocs[i].ptr = 0;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+size_t standin_used(int device) { return used[device]; }
+int standin_live_contexts(void) { return live_contexts; }
+int standin_depth(void) { return depth; }

@@ -1,0 +1,122 @@
+/* STAND-IN for NVML (libnvidia-ml.so.1): the reads and settings gameday uses, over two
+ * pretend GPUs; GPU 1 supports neither ECC counters nor locked clocks. Used memory is
+ * the CUDA stand-in's, when that is loaded. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} pci_t;
+typedef struct { unsigned long long total, free, used; } memory_t;
+
+static unsigned int locked[2];
+static unsigned int power[2] = {700000, 700000};
+static int index_of(void *handle) { return (int)((uintptr_t)handle - 0x100); }
+
+int nvmlInit_v2(void) { return 0; }
+
+const char *nvmlErrorString(int result) {
+    return result == 3 ? "Not Supported" : result == 2 ? "Invalid Argument" : "Unknown Error";
+}
+
+int nvmlDeviceGetCount_v2(unsigned int *count) { *count = 2; return 0; }
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
+    if (index > 1) return 2;
+    *handle = (void *)(uintptr_t)(0x100 + index);
+    return 0;
+}
+
+int nvmlDeviceGetName(void *h, char *name, unsigned int length) {
+    snprintf(name, length, "Stand-in H100 %d", index_of(h));
+    return 0;
+}
+
+int nvmlDeviceGetUUID(void *h, char *uuid, unsigned int length) {
+    snprintf(uuid, length, "GPU-00000000-0000-0000-0000-00000000000%d", index_of(h));
+    return 0;
+}
+
+int nvmlDeviceGetPciInfo_v3(void *h, pci_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    pci->bus = 0x18 + 0x10 * index_of(h);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus);
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
+    return 0;
+}
+
+int nvmlDeviceGetMemoryInfo(void *h, memory_t *memory) {
+    unsigned long long used = 1ULL << 30;
+    void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (cuda) {
+        size_t (*standin_used)(int) = (size_t (*)(int))dlsym(cuda, "standin_used");
+        if (standin_used) used += standin_used(index_of(h));
+        dlclose(cuda);
+    }
+    memory->total = 8ULL << 30;
+    memory->used = used;
+    memory->free = memory->total - used;
+    return 0;
+}
+
+int nvmlDeviceGetTemperature(void *h, int sensor, unsigned int *celsius) {
+    if (sensor != 0) return 2;
+    *celsius = 40 + index_of(h);
+    return 0;
+}
+
+int nvmlDeviceGetClockInfo(void *h, int type, unsigned int *mhz) {
+    if (type != 1) return 2;
+    *mhz = locked[index_of(h)] ? locked[index_of(h)] : 1755;
+    return 0;
+}
+
+int nvmlDeviceGetMaxClockInfo(void *h, int type, unsigned int *mhz) {
+    if (type != 1) return 2;
+    *mhz = 1980;
+    return 0;
+}
+
+int nvmlDeviceGetTotalEccErrors(void *h, int error_type, int counter_type,
+                                unsigned long long *count) {
+    if (index_of(h) == 1) return 3;
+    if (counter_type != 0) return 2;
+    *count = error_type == 0 ? 5 : 1;
+    return 0;
+}
+
+int nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *reasons) {
+    *reasons = locked[index_of(h)] ? 0x2 : 0x1;
+    return 0;
+}
+
+int nvmlDeviceSetGpuLockedClocks(void *h, unsigned int min_mhz, unsigned int max_mhz) {
+    if (index_of(h) == 1) return 3;
+    if (min_mhz > max_mhz) return 2;
+    locked[index_of(h)] = max_mhz;
+    return 0;
+}
+
+int nvmlDeviceResetGpuLockedClocks(void *h) { locked[index_of(h)] = 0; return 0; }
+
+int nvmlDeviceGetPowerManagementLimit(void *h, unsigned int *milliwatts) {
+    *milliwatts = power[index_of(h)];
+    return 0;
+}
+
+int nvmlDeviceGetPowerManagementLimitConstraints(void *h, unsigned int *low, unsigned int *high) {
+    *low = 200000;
+    *high = 700000;
+    return 0;
+}
+
+int nvmlDeviceSetPowerManagementLimit(void *h, unsigned int milliwatts) {
+    if (milliwatts < 200000 || milliwatts > 700000) return 2;
+    power[index_of(h)] = milliwatts;
+    return 0;
+}

@@ -194,11 +194,15 @@ def fetch_json(method: str, url: str, body: Any = None, *, token: str | None = N
 
 
 class ConnectionPool:
-    """Keep-alive connections to one server, shared by threads."""
+    """Keep-alive connections to one server, shared by threads.
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
+    ``via`` (``host:port``): reach the server through an HTTP ``CONNECT`` tunnel there
+    (a lab node's link)."""
+
+    def __init__(self, base_url: str, *, timeout: float = 5.0, via: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout = timeout
+        self._via = via
         self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue()
 
     def post(self, path: str, payload: bytes) -> tuple[int, bytes]:
@@ -232,6 +236,10 @@ class ConnectionPool:
         except queue.Empty:
             pass
         conn, _ = _connection(self.base_url, self._timeout)
+        if self._via is not None:
+            host, _, port = self._via.rpartition(":")
+            conn.set_tunnel(conn.host, conn.port)
+            conn.host, conn.port = host, int(port)
         conn.connect()
         if conn.sock is not None:
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

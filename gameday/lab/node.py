@@ -24,6 +24,7 @@ from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.exporter import CONTENT_TYPE, render_dcgm
 from gameday.lab.httpjson import Handler, JsonServer, Request, Response, json_response
 from gameday.lab.layout import LabPaths
+from gameday.lab.link import LabLink
 from gameday.lab.logs import configure_logging
 from gameday.lab.nodebackend import NodeBackend, NodeContext, node_handlers
 from gameday.lab.proc import tie_to_parent
@@ -53,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--exporter-port", type=int, required=True)
     parser.add_argument("--agent-port", type=int, required=True)
+    parser.add_argument("--link-port", type=int, default=0)
     parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
@@ -68,17 +70,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     gpus = VirtualGpuBackend(args.name, paths.node_dir(args.name), gpus=args.gpus, fresh=True)
-    backend = NodeBackend(gpus, node_handlers(NodeContext(node=args.name, paths=paths)))
+    link = LabLink(args.name, args.link_port)
+    backend = NodeBackend(gpus, node_handlers(NodeContext(node=args.name, paths=paths,
+                                                          link=link)))
     exporter = JsonServer(exporter_routes(args.name, gpus), port=args.exporter_port,
                           on_error=lambda exc: log.exception("exporter_error"))
     agent = AgentServer(backend, token=paths.read_token(),
                         state_path=paths.agent_state(args.name), node=args.name,
                         port=args.agent_port)
     exporter.start()
+    link.start()
     agent.start()
     log.info("node_ready", exporter=exporter.url, agent=agent.url, gpus=args.gpus)
     stop.wait()
     reverted = agent.stop(revert=True)
+    link.stop()
     exporter.stop()
     log.info("node_stopped", reverted=len(reverted))
     return 0

@@ -12,7 +12,11 @@ from typing import Any, Protocol
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
+from gameday.lab.hostfaults import hog_handlers, process_handlers
 from gameday.lab.layout import LabPaths
+from gameday.lab.link import LabLink, link_handlers
+from gameday.lab.servicefaults import head_node_service_handlers
+from gameday.lab.storage import store_handlers
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class NodeContext:
 
     node: str
     paths: LabPaths
+    link: LabLink | None = None  # the node's network link (net.* kinds)
 
 
 class NodeFault(Protocol):
@@ -38,7 +43,13 @@ class NodeFault(Protocol):
 
 def node_handlers(context: NodeContext) -> list[NodeFault]:
     """The node-level fault handlers of a lab node."""
-    return []
+    handlers: list[NodeFault] = []
+    if context.link is not None:
+        handlers += link_handlers(context.link)
+    handlers += head_node_service_handlers(context.node, context.paths)
+    handlers += [*store_handlers(context.paths), *process_handlers(context.paths),
+                 *hog_handlers(context.paths)]
+    return handlers
 
 
 class NodeBackend:
@@ -51,7 +62,15 @@ class NodeBackend:
         self.handlers = {handler.kind: handler for handler in handlers}
 
     def inventory(self) -> dict[str, Any]:
-        return self.gpus.inventory()
+        """The GPUs, plus what handlers with an ``inventory()`` add (``links``...), by name."""
+        inventory = self.gpus.inventory()
+        for handler in self.handlers.values():
+            extra = getattr(handler, "inventory", None)
+            for key, items in (extra() if callable(extra) else {}).items():
+                listed = inventory.setdefault(key, [])
+                names = {item.get("name") for item in listed}
+                listed.extend(item for item in items if item.get("name") not in names)
+        return inventory
 
     def kinds(self) -> Mapping[str, str]:
         return {**self.gpus.kinds(),

@@ -7,7 +7,9 @@ any shard failing -> ``503 {"error": "shard 0 (node-0/gpu0): ..."}``. ``GET /hea
 ``GET /routes``, ``GET /metrics`` (``gameday_router_request_duration_seconds``,
 ``gameday_router_requests_total{code}``, ``gameday_router_errors_total{shard}``).
 Routes come from the controller: pushed to ``POST /admin/routes`` (lab token) and
-polled from its ``/placement`` every second.
+polled from its ``/placement`` every second. A shard is reached through its node's link
+(:mod:`gameday.lab.link`); ``POST|DELETE|GET /admin/faults`` (lab token) hold the
+``service.*`` faults (:mod:`gameday.lab.servicefaults`).
 """
 
 import argparse
@@ -41,6 +43,7 @@ from gameday.lab.logs import configure_logging
 from gameday.lab.model import Array, ModelSpec, combine, load_bias, load_spec
 from gameday.lab.proc import tie_to_parent
 from gameday.lab.routes import Route, RouteTable, routes_from_json
+from gameday.lab.servicefaults import RouterFaults
 
 __all__ = ["Router", "main"]
 
@@ -80,13 +83,15 @@ class Router:
         self._executor = ThreadPoolExecutor(max_workers=min(64, 2 * spec.shards + 4),
                                             thread_name_prefix="fanout")
         self._pools: dict[str, ConnectionPool] = {}
+        self.links: dict[str, str] = {}  # node -> its link (host:port), to reach its shards
+        self.service_faults = RouterFaults(token)
         self._pools_lock = threading.Lock()
 
-    def _pool(self, url: str) -> ConnectionPool:
+    def _pool(self, url: str, via: str | None = None) -> ConnectionPool:
         with self._pools_lock:
             pool = self._pools.get(url)
             if pool is None:
-                pool = self._pools[url] = ConnectionPool(url, timeout=SHARD_TIMEOUT_S)
+                pool = self._pools[url] = ConnectionPool(url, timeout=SHARD_TIMEOUT_S, via=via)
             return pool
 
     def _forget_pools(self, keep: set[str]) -> None:
@@ -105,7 +110,8 @@ class Router:
 
     def _call(self, route: Route, payload: bytes, rows: int) -> Array:
         try:
-            status, raw = self._pool(route.url).post("/partial", payload)
+            status, raw = self._pool(route.url, self.links.get(route.node)).post("/partial",
+                                                                                 payload)
         except OSError as exc:
             raise ShardFailed(str(exc)) from None
         try:
@@ -122,7 +128,7 @@ class Router:
 
     def predict(self, request: Request) -> Response:
         started = time.perf_counter()
-        response = self._predict(request)
+        response = self.service_faults.before_request() or self._predict(request)
         self.metrics.duration.observe(time.perf_counter() - started)
         self.metrics.requests.labels(code=str(response.status)).inc()
         return response
@@ -211,8 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = LabPaths(args.dir)
     layout = LabLayout.load(paths.layout)
     router = Router(load_spec(paths.store), load_bias(paths.store), paths.read_token())
+    router.links = {n.name: n.link_address for n in layout.nodes if n.link_port}
     server = JsonServer({("POST", "/predict"): router.predict,
                          ("POST", "/admin/routes"): router.admin_routes,
+                         ("POST", "/admin/faults"): router.service_faults.admin,
+                         ("DELETE", "/admin/faults"): router.service_faults.admin,
+                         ("GET", "/admin/faults"): router.service_faults.admin,
                          ("GET", "/routes"): router.show_routes,
                          ("GET", "/healthz"): router.healthz,
                          ("GET", "/metrics"): router.metrics_text},

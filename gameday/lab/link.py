@@ -1,0 +1,140 @@
+"""A lab node's network link, and the node-level fault handlers that break it.
+
+Every node runs one link, ``uplink``: an HTTP ``CONNECT`` tunnel (a
+:class:`gameday.tcprelay.Relay`) on its own port. The router reaches every shard served
+from the node's GPUs through it (the data path); management traffic (the agent API,
+metrics scrapes, the controller) does not cross it, as on a cluster with a separate
+management network.
+
+Faults (target ``{"link": "uplink"}``, the default):
+
+- ``net.link_flap`` (``down_s``, ``up_s``, ``count``): the link goes down (open
+  connections reset, new ones reset on accept) and up again on a schedule; it is always
+  left up, after the schedule and on revert;
+- ``net.loss`` (``percent``, ``duration_s``): each chunk is lost with that probability
+  and retransmitted after a TCP retransmission timeout (loss shows as latency);
+- ``net.partition`` (``duration_s``): a blackhole: connections stay open, nothing
+  passes (new connections are accepted and hang) until it heals, then held data flows.
+
+``peer`` and ``port`` (the host backend's partition scope) are refused here: the lab's
+link has a single peer, the router.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.phases import Phase, PhaseRunner, flap_phases, hold_phases
+from gameday.tcprelay import Impairment, Relay
+
+__all__ = ["LINK_NAME", "LabLink", "LinkFault", "link_handlers"]
+
+LINK_NAME = "uplink"
+LINK_MTU = 1500
+
+
+class LabLink:
+    """The node's link: a tunnel relay plus its name."""
+
+    def __init__(self, node: str, port: int = 0) -> None:
+        self.node = node
+        self.name = LINK_NAME
+        self.relay = Relay(port=port, tunnel=True, name=f"{node}-{LINK_NAME}")
+
+    @property
+    def url(self) -> str:
+        host, port = self.relay.address
+        return f"http://{host}:{port}"
+
+    def start(self) -> "LabLink":
+        self.relay.start()
+        return self
+
+    def stop(self) -> None:
+        self.relay.stop()
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        effect = self.relay.effective()
+        return {"links": [{"name": self.name, "state": "down" if effect.down else "up",
+                           "mtu": LINK_MTU, "kind": "tcp-tunnel", "address": self.url,
+                           "loss": round(effect.loss, 6), "held": effect.hold,
+                           "connections": self.relay.connections(),
+                           "stats": self.relay.stats.to_json()}]}
+
+
+def _number(params: Mapping[str, Any], name: str, default: float | None, *,
+            minimum: float, maximum: float, integer: bool = False,
+            nullable: bool = False) -> float | None:
+    value = params.get(name, default)
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            integer and not isinstance(value, int)):
+        raise FaultRejected(f"params.{name} must be {'an integer' if integer else 'a number'}, "
+                            f"got {value!r}")
+    if not minimum <= value <= maximum:
+        raise FaultRejected(f"params.{name} must be between {minimum:g} and {maximum:g}, "
+                            f"got {value!r}")
+    return float(value)
+
+
+class LinkFault:
+    """One net.* kind on the node's link; each fault runs its own phases."""
+
+    injected_at = "virtual"
+
+    def __init__(self, kind: str, link: LabLink) -> None:
+        self.kind = kind
+        self.link = link
+        self._runners: dict[str, PhaseRunner] = {}
+
+    def _plan(self, params: Mapping[str, Any]) -> tuple[Impairment, list[Phase]]:
+        for scope in ("peer", "port", "direction"):
+            if params.get(scope) is not None:
+                raise FaultRejected(f"params.{scope} is not supported on the lab's link (its "
+                                    f"only peer is the router)")
+        if self.kind == "net.link_flap":
+            down_s = _number(params, "down_s", 2.0, minimum=0.05, maximum=600.0)
+            up_s = _number(params, "up_s", 2.0, minimum=0.05, maximum=600.0)
+            count = _number(params, "count", 1, minimum=1, maximum=1000, integer=True)
+            assert down_s is not None and up_s is not None and count is not None
+            return Impairment(down=True), flap_phases(down_s, up_s, int(count))
+        duration = _number(params, "duration_s", None, minimum=0.05, maximum=86400.0,
+                           nullable=True)
+        if self.kind == "net.loss":
+            percent = _number(params, "percent", None, minimum=0.0, maximum=100.0)
+            assert percent is not None
+            return Impairment(loss=percent / 100.0), hold_phases(duration)
+        return Impairment(hold=True), hold_phases(duration)
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        name = request.target.get("link", LINK_NAME)
+        if name != self.link.name:
+            raise FaultRejected(f"target.link {name!r}: node {self.link.node} has one link, "
+                                f"{self.link.name!r}")
+        impairment, phases = self._plan(request.params)
+        relay = self.link.relay
+        runner = PhaseRunner(f"{self.kind}-{fault_id}", phases,
+                             on=lambda: relay.impair(fault_id, impairment),
+                             off=lambda: relay.lift(fault_id))
+        self._runners[fault_id] = runner
+        runner.start()
+        total = sum(p.seconds for p in phases if p.seconds is not None)
+        open_ended = any(p.seconds is None for p in phases)
+        return {"link": self.link.name, "node": self.link.node, "address": self.link.url,
+                "schedule_s": None if open_ended else round(total, 3)}
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        return self.link.inventory()
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        runner = self._runners.pop(fault_id, None)
+        if runner is not None:
+            runner.cancel()
+        self.link.relay.lift(fault_id)
+
+
+def link_handlers(link: LabLink) -> list[LinkFault]:
+    """The node's net.* handlers."""
+    return [LinkFault(kind, link) for kind in ("net.link_flap", "net.loss", "net.partition")]

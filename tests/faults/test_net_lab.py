@@ -1,0 +1,118 @@
+"""Network and service faults on the embedded lab: real processes, real Prometheus, real
+HTTP through the nodes' links (CONNECT tunnels), the shipped experiments run through
+the real ``gameday run`` command line. One lab for the module."""
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gameday.agent.client import AgentClient
+from gameday.lab import api as lab
+from gameday.lab.httpjson import fetch_json
+from tests.conftest import cli_env, gameday, read_json
+
+pytestmark = pytest.mark.lab
+
+ROW = [[(i + 1) / 16 for i in range(16)]]
+
+
+def _lab_pids(directory: Path) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(directory) in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture(scope="module")
+def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    directory = tmp_path_factory.mktemp("gdnet-lab")
+    lab.up(directory)
+    try:
+        yield directory
+    finally:
+        lab.down(directory)
+        assert _lab_pids(directory) == []
+
+
+def _agents(lab_dir: Path) -> dict[str, AgentClient]:
+    document = read_json(lab_dir / "lab.json")
+    token = Path(document["token_file"]).read_text().strip()
+    return {node["name"]: AgentClient(node["agent_url"], token) for node in document["nodes"]}
+
+
+@pytest.fixture
+def lab_env(tmp_path: Path, lab_dir: Path) -> Iterator[dict[str, str]]:
+    env = cli_env(tmp_path)
+    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
+    yield env
+    assert [f for c in _agents(lab_dir).values() for f in c.faults()] == []
+
+
+def _predict(lab_dir: Path, timeout_s: float = 8.0) -> tuple[Any, float]:
+    url = read_json(lab_dir / "lab.json")["service_url"] + "/predict"
+    started = time.monotonic()
+    try:
+        status, _ = fetch_json("POST", url, {"inputs": ROW}, timeout=timeout_s)
+    except OSError as exc:
+        status = type(exc).__name__
+    return status, time.monotonic() - started
+
+
+@pytest.mark.parametrize(("experiment", "kind"), [
+    ("link-flap-node", "net.link_flap"),
+    ("net-loss-node", "net.loss"),
+    ("service-latency-router", "service.latency"),
+])
+def test_shipped_experiment_passes(experiment: str, kind: str, tmp_path: Path,
+                                   lab_env: dict[str, str]) -> None:
+    journal_path = tmp_path / "journal.json"
+    result = gameday(["run", f"experiments/{experiment}.yaml", "--journal-path",
+                      str(journal_path)], lab_env, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    journal = json.loads(journal_path.read_text())
+    faults = journal["gameday"]["faults"]
+    assert [f["kind"] for f in faults] == [kind]
+    assert faults[0]["injected_at"] == "virtual" and faults[0]["reverted_at"]
+    rto = next(r for r in journal["gameday"]["verifiers"] if r["verifier"].startswith("rto"))
+    assert rto["passed"] and rto["measurement"]["failures"] > 0
+
+
+def test_partition_hangs_the_nodes_shards_and_heals(lab_dir: Path,
+                                                   lab_env: dict[str, str]) -> None:
+    node1 = _agents(lab_dir)["node-1"]
+    links = node1.inventory()["links"]
+    assert [(item["name"], item["state"], item["mtu"]) for item in links] == [
+        ("uplink", "up", 1500)]
+    fault = node1.inject("net.partition", {"link": "uplink"}, {"duration_s": 1.5}, 30)
+    try:
+        status, took = _predict(lab_dir)
+        assert status == 200 and 1.2 <= took < 5.0  # held, then delivered when it healed
+    finally:
+        node1.revert(fault["id"])
+    status, took = _predict(lab_dir)
+    assert status == 200 and took < 1.0
+
+
+def test_service_timeout_answers_504_after_hang_s(lab_dir: Path,
+                                                  lab_env: dict[str, str]) -> None:
+    node0 = _agents(lab_dir)["node-0"]
+    fault = node0.inject("service.timeout", {"name": "router"}, {"hang_s": 0.5}, 30)
+    try:
+        status, took = _predict(lab_dir)
+        assert status == 504 and 0.45 <= took < 3.0
+    finally:
+        node0.revert(fault["id"])
+    assert _predict(lab_dir)[0] == 200
+    with pytest.raises(Exception, match=r"service\.timeout"):
+        _agents(lab_dir)["node-1"].inject("service.timeout", {"name": "router"}, {}, 30)

@@ -5,9 +5,9 @@ area by adding its module to ``AREAS``.
 """
 
 from faults.base import FaultKind
-from faults.kinds import gpu
+from faults.kinds import gpu, k8s, net, node, process, service, storage
 
-AREAS = (gpu,)
+AREAS = (gpu, net, service, k8s, storage, process, node)
 
 CATALOGUE: dict[str, FaultKind] = {kind.name: kind for area in AREAS for kind in area.KINDS}
 

@@ -141,7 +141,7 @@ class FuseStorageFault:
         for mountpoint, fstype, source in mount_table():
             if fstype in _REAL_FS and mountpoint not in seen:
                 mounts.append({"name": mountpoint, "path": mountpoint, "fstype": fstype,
-                               "source": source, "faultable": True})
+                               "source": source, "faultable": mountpoint != "/"})
         return {"mounts": mounts}
 
 

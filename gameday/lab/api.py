@@ -20,9 +20,11 @@ from typing import Any
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import AgentError, LabError
 from gameday.lab.files import read_json
+from gameday.lab.hostfaults import remove_lab_cgroups
 from gameday.lab.httpjson import fetch_json
 from gameday.lab.layout import LabPaths, Shape
 from gameday.lab.proc import group_members, pid_alive, process_cmdline
+from gameday.lab.storage import unmount_leftovers
 
 __all__ = ["default_lab_dir", "down", "format_status", "status", "up"]
 
@@ -296,7 +298,8 @@ def _agent_faults(url: str, token: str) -> tuple[list[dict[str, Any]], str | Non
 def down(dir: Path, timeout_s: float = 10.0, *, clock: Clock = SYSTEM_CLOCK) -> None:
     """Stop the lab in ``dir``: SIGTERM to the supervisor (it stops every process; agents
     revert their faults), then after ``timeout_s`` SIGKILL to whatever is left of the
-    lab's process group. Works when the supervisor is gone; a no-op when no lab runs."""
+    lab's process group, then a lazy unmount of any FUSE mount left under ``dir`` (the
+    store). Works when the supervisor is gone; a no-op when no lab runs."""
     paths = LabPaths(dir.absolute())
     info = _lab_info(paths) or read_json(paths.supervisor_json)
     if isinstance(info, dict):
@@ -313,6 +316,11 @@ def down(dir: Path, timeout_s: float = 10.0, *, clock: Clock = SYSTEM_CLOCK) -> 
                     os.killpg(pgid, signal.SIGKILL)
                 _wait_gone(pgid, clock, 5.0)
     _reap()
+    left = unmount_leftovers(paths.root)  # the store of a supervisor killed with -9
+    remove_lab_cgroups(paths)  # hogs' groups of nodes killed with -9
+    if left:
+        raise LabError(f"{left[0]} is still mounted after `down`; unmount it with "
+                       f"`fusermount3 -uz {left[0]}`")
     for path in (paths.lab_json, paths.supervisor_json):
         path.unlink(missing_ok=True)
     deadline = clock.monotonic() + 5.0

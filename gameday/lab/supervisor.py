@@ -9,7 +9,9 @@ the process group every lab process lives in, and writes ``DIR/lab.json`` (atomi
 once the lab is ready: every shard serves through the router (a real ``/predict``
 answers) and Prometheus scrapes every target. A process that exits is restarted. On
 SIGTERM/SIGINT/SIGHUP it stops the controller (and its shards), the router, the nodes
-(their agents revert every fault) and Prometheus, removes ``lab.json`` and exits 0.
+(their agents revert every fault), the store's fault filesystem (``DIR/store`` is a
+FUSE mount it makes first: :mod:`gameday.lab.storage`) and Prometheus, removes
+``lab.json`` and exits 0.
 If the lab cannot start, ``DIR/run/startup-error.json`` says why and it exits 1.
 """
 
@@ -31,6 +33,7 @@ import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import LabError
+from gameday.faultfs.control import ControlError
 from gameday.lab import prometheus
 from gameday.lab.files import write_json_atomic
 from gameday.lab.httpjson import fetch_json
@@ -38,13 +41,14 @@ from gameday.lab.layout import LabLayout, LabPaths, Shape
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import ModelSpec, write_store
 from gameday.lab.proc import parent_death_preexec, python_argv, spawn, stop_processes
+from gameday.lab.storage import store_mount
 
 __all__ = ["LAB_JSON_VERSION", "Supervisor", "main"]
 
 log = structlog.get_logger("gameday.lab.supervisor")
 
 LAB_JSON_VERSION = 1
-Role = Literal["prometheus", "node", "router", "controller", "supervisor"]
+Role = Literal["prometheus", "node", "router", "controller", "trainer", "supervisor"]
 
 
 @dataclass
@@ -78,6 +82,7 @@ class Supervisor:
         self.layout = LabLayout.plan(paths.root, shape)
         self.children: list[Child] = []
         self.ready_at: float | None = None
+        self.store = store_mount(paths)  # DIR/store on the fault filesystem
 
     # -- preparation ------------------------------------------------------------------
 
@@ -86,7 +91,9 @@ class Supervisor:
         paths = self.paths
         for stale in (paths.lab_json, paths.startup_error):
             stale.unlink(missing_ok=True)
-        for tree in (paths.prometheus / "data", paths.shard_run, paths.root / "nodes"):
+        self.mount_store()
+        for tree in (paths.prometheus / "data", paths.shard_run, paths.root / "nodes",
+                     paths.store / "checkpoints"):
             shutil.rmtree(tree, ignore_errors=True)
         paths.write_token()
         write_store(paths.store, ModelSpec(shards=self.shape.shards))
@@ -107,6 +114,7 @@ class Supervisor:
                 python_argv("gameday.lab.node", "--dir", root, "--name", node.name,
                             "--gpus", str(node.gpus), "--exporter-port",
                             str(node.exporter_port), "--agent-port", str(node.agent_port),
+                            "--link-port", str(node.link_port),
                             "--parent-pid", me),
                 node.agent_url, node.agent_url + "/healthz"))
         self.children.append(Child(
@@ -119,6 +127,20 @@ class Supervisor:
             python_argv("gameday.lab.controller", "--dir", root, "--port",
                         str(layout.controller_port), "--parent-pid", me),
             layout.controller_url, layout.controller_url + "/healthz"))
+        self.children.append(Child(
+            "trainer", "trainer",
+            python_argv("gameday.lab.trainer", "--dir", root, "--port",
+                        str(layout.trainer_port), "--parent-pid", me),
+            layout.trainer_url, layout.trainer_url + "/healthz"))
+
+    def mount_store(self) -> None:
+        """(Re)mount ``DIR/store`` on the fault filesystem; it dies with the supervisor."""
+        try:
+            self.store.start(preexec=parent_death_preexec())
+            self.store.wait_mounted()
+        except ControlError as exc:
+            raise LabError(str(exc)) from None
+        log.info("store_mounted", mountpoint=str(self.paths.store), pid=_store_pid(self))
 
     def _start(self, child: Child) -> None:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
@@ -188,6 +210,8 @@ class Supervisor:
                       "url": None}]
         processes += [{"name": c.name, "role": c.role, "pid": _pid(c), "url": c.url}
                       for c in self.children]
+        processes.append({"name": "store", "role": "storage", "pid": _store_pid(self),
+                          "url": None})
         return {
             "version": LAB_JSON_VERSION,
             "dir": str(self.paths.root),
@@ -202,6 +226,7 @@ class Supervisor:
             "prometheus_url": layout.prometheus_url,
             "controller_url": layout.controller_url,
             "placement_url": layout.controller_url + "/placement",
+            "trainer_url": layout.trainer_url,
             "nodes": nodes,
             "processes": processes,
         }
@@ -233,7 +258,7 @@ class Supervisor:
     def watch(self) -> None:
         """Restart processes that exit, until asked to stop."""
         while not self.stop.wait(0.2):
-            changed = False
+            changed = self._keep_store_mounted()
             for child in self.children:
                 if child.popen is None or child.popen.poll() is None:
                     continue
@@ -250,13 +275,30 @@ class Supervisor:
             if changed:
                 self.publish()
 
+    def _keep_store_mounted(self) -> bool:
+        popen = self.store.popen
+        if popen is None or popen.poll() is None:
+            return False
+        log.warning("store_exited", code=popen.returncode)
+        try:
+            self.mount_store()
+        except LabError as exc:
+            log.error("store_remount_failed", error=str(exc))
+        return True
+
     def shutdown(self) -> None:
         """Stop the controller (and shards), then the router, nodes, Prometheus."""
         self.paths.lab_json.unlink(missing_ok=True)
-        for roles in (("controller",), ("router",), ("node",), ("prometheus",)):
+        for roles in (("controller", "trainer"), ("router",), ("node",), ("prometheus",)):
             stop_processes([c.popen for c in self.children
                             if c.role in roles and c.popen is not None], timeout_s=5.0)
+            if roles == ("node",):  # agents reverted their faults: nothing is held now
+                self.store.stop()
         log.info("lab_stopped")
+
+
+def _store_pid(supervisor: Supervisor) -> int | None:
+    return supervisor.store.popen.pid if supervisor.store.popen is not None else None
 
 
 def _pid(child: Child) -> int | None:
@@ -313,11 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         supervisor.prepare()
     except (LabError, OSError) as exc:
         write_json_atomic(paths.startup_error, {"message": str(exc), "log": None})
+        supervisor.store.stop()
         paths.supervisor_json.unlink(missing_ok=True)
         return 1
     try:
         return supervisor.run(args.timeout)
     finally:
+        supervisor.store.stop()
         paths.supervisor_json.unlink(missing_ok=True)
         os.close(lock_fd)
 

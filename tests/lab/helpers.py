@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gameday.agent.client import AgentClient
+from gameday.faultfs.mount import fuse_mounts
 from gameday.lab.httpjson import fetch_json
 from gameday.lab.proc import group_members, pid_alive
 
@@ -100,6 +101,7 @@ def assert_nothing_left(info: dict[str, Any], pids: list[int], ports: list[int])
     assert [p for p in pids if pid_alive(p)] == []
     assert group_members(info["pgid"]) == []
     assert processes_mentioning(lab_dir) == []
+    assert fuse_mounts(lab_dir) == [], "the store is still mounted"
     for port in ports:
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"

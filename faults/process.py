@@ -1,0 +1,135 @@
+"""Process fault actions (Chaos Toolkit activities): kill a process, or pause it.
+
+``process`` selects it. Lab: ``{shard: N}`` (the shard's process, from the placement)
+or ``{role: router}`` (a lab process by role or name, from ``lab.json``: router,
+controller, trainer, node-0...). Host: ``{pid: N}``, ``{name: COMM}`` (the command
+name, like ``pgrep -x``) or ``{cmdline: REGEX}`` (like ``pgrep -f``); the agent refuses
+when more than ``max_processes`` match. ``node`` names the agent when the target has
+several. Every action checks its arguments, checks ``blast_radius.max_nodes``, and
+signals through the node's agent under a lease; the ledger records it.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from chaoslib.exceptions import ActivityFailed
+
+from faults._nodes import check_nodes, revert_session, selector_mapping
+from faults._selective import revert_kinds
+from faults.base import FaultKind
+from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
+from gameday import session as sessions
+from gameday.errors import GamedayError, InvalidInput
+from gameday.targets import Target, read_lab_document
+
+__all__ = ["kill", "pause", "resume", "revert"]
+
+_KEYS = ("shard", "role", "pid", "name", "cmdline", "node")
+
+
+def kill(process: dict[str, Any], max_processes: int = 1,
+         lease_s: float | None = None) -> dict[str, Any]:
+    """SIGKILL the selected process. Nothing can revert it: whatever supervises it (the
+    lab's controller for a shard, the supervisor for the router) must restart it.
+
+    Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
+    "expires_at", "details"}]}``; ``details.processes`` lists the pids signalled.
+    """
+    params = _validate(PROCESS_KILL, {"max_processes": max_processes})
+    return _inject(PROCESS_KILL, "kill", process, params, lease_s)
+
+
+def pause(process: dict[str, Any], duration_s: float | None = None, max_processes: int = 1,
+          lease_s: float | None = None) -> dict[str, Any]:
+    """SIGSTOP the selected process; SIGCONT it after ``duration_s`` (if given), on
+    revert, or when the lease lapses. A paused server keeps its sockets open, so its
+    clients hang rather than fail fast."""
+    params = _validate(PROCESS_PAUSE, {"max_processes": max_processes,
+                                       "duration_s": duration_s})
+    return _inject(PROCESS_PAUSE, "pause", process, params, lease_s)
+
+
+def resume() -> dict[str, Any]:
+    """Continue every process this run paused (revert only the ``process.pause`` faults)."""
+    try:
+        return {"reverted": revert_kinds("process.pause")}
+    except GamedayError as exc:
+        raise ActivityFailed(str(exc)) from None
+
+
+def revert() -> dict[str, Any]:
+    """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
+    try:
+        return revert_session()
+    except GamedayError as exc:
+        raise ActivityFailed(str(exc)) from None
+
+
+def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return kind.validate(arguments)
+    except GamedayError as exc:
+        raise ActivityFailed(str(exc)) from None
+
+
+def _pick_node(target: Target, node: Any) -> str:
+    if node is not None:
+        if node not in target.agents:
+            raise InvalidInput(f"no node {node!r} in target {target.kind} (nodes: "
+                               f"{', '.join(sorted(target.agents))})", path="process.node")
+        return str(node)
+    if not target.agents:
+        raise InvalidInput(f"target {target.kind} has no agent", path="process")
+    return sorted(target.agents)[0]
+
+
+def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
+    """The node whose agent signals, and the agent-side target."""
+    chosen = selector_mapping(selector, "process", _KEYS)
+    which = [key for key in _KEYS if key != "node" and key in chosen]
+    if len(which) != 1:
+        raise InvalidInput("give exactly one of shard, role, pid, name, cmdline",
+                           path="process")
+    key = which[0]
+    target = sessions.current().require_target()
+    if key == "shard":
+        placed = [s for s in target.placement().get("shards", [])
+                  if s.get("shard") == chosen["shard"]]
+        if not placed or not placed[0].get("pid"):
+            raise InvalidInput(f"no running shard {chosen['shard']!r} in the placement",
+                               path="process.shard")
+        shard = placed[0]
+        return str(shard["node"]), {"pid": int(shard["pid"]), "shard": chosen["shard"]}
+    if key == "role":
+        if target.kind != "lab":
+            raise InvalidInput("role selects a lab process; on a host use pid, name or "
+                               "cmdline", path="process.role")
+        processes = read_lab_document(Path(target.source)).get("processes", [])
+        matches = [p for p in processes if chosen["role"] in (p.get("role"), p.get("name"))]
+        if len(matches) != 1 or not matches[0].get("pid"):
+            names = ", ".join(sorted({str(p.get("name")) for p in processes}))
+            raise InvalidInput(f"role {chosen['role']!r} matches {len(matches)} lab "
+                               f"processes (processes: {names})", path="process.role")
+        return _pick_node(target, chosen.get("node")), {"pid": int(matches[0]["pid"]),
+                                                        "role": chosen["role"]}
+    value = chosen[key]
+    if key == "pid" and (not isinstance(value, int) or isinstance(value, bool) or value <= 1):
+        raise InvalidInput(f"must be a pid > 1, got {value!r}", path="process.pid")
+    if key in ("name", "cmdline") and (not isinstance(value, str) or not value):
+        raise InvalidInput("must be a non-empty string", path=f"process.{key}")
+    return _pick_node(target, chosen.get("node")), {key: value}
+
+
+def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
+            lease_s: float | None) -> dict[str, Any]:
+    session = sessions.current()
+    try:
+        node, agent_target = resolve_process(selector)
+        check_nodes(session, node)
+        entry = session.inject(node=node, kind=kind.name, target=agent_target, params=params,
+                               action=action, lease_s=lease_s)
+    except GamedayError as exc:
+        raise ActivityFailed(str(exc)) from None
+    return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
+                        "injected_at": entry.injected_at, "applied_at": entry.applied_at,
+                        "expires_at": entry.expires_at, "details": entry.details}]}

@@ -6,24 +6,42 @@ the ledger records that as ``lost``.
 """
 
 import threading
+from collections.abc import Mapping
+from typing import Protocol
 
 import structlog
 
 from gameday.agent.client import AgentClient, LeaseLost
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import AgentError
+from gameday.errors import AgentError, GamedayError
 from gameday.ledger import FaultEntry, Ledger
 
 log = structlog.get_logger("gameday.leases")
+
+
+class FaultRoute(Protocol):
+    """Renews and reverts faults applied other than through an agent (``entry.via``)."""
+
+    via: str
+
+    def renew(self, entry: FaultEntry) -> float | None:
+        """The new expiry, or ``None`` when the fault is already gone (lease lost)."""
+        ...
+
+    def revert(self, entry: FaultEntry) -> tuple[float, str]:
+        """Undo the fault; returns (reverted_at, reason)."""
+        ...
 
 
 class LeaseRenewer:
     """Renews each active fault once a third of its lease has passed."""
 
     def __init__(self, ledger: Ledger, clients: dict[str, AgentClient], *,
-                 clock: Clock = SYSTEM_CLOCK, tick_s: float = 0.2) -> None:
+                 clock: Clock = SYSTEM_CLOCK, tick_s: float = 0.2,
+                 routes: Mapping[str, FaultRoute] | None = None) -> None:
         self.ledger = ledger
         self.clients = clients
+        self.routes = routes if routes is not None else {}
         self.clock = clock
         self.tick_s = tick_s
         self._stop = threading.Event()
@@ -48,6 +66,9 @@ class LeaseRenewer:
                 self._renew(entry)
 
     def _renew(self, entry: FaultEntry) -> None:
+        if entry.via != "agent":
+            self._renew_routed(entry)
+            return
         client = self.clients.get(entry.node)
         if client is None:
             return
@@ -61,6 +82,26 @@ class LeaseRenewer:
         else:
             self.ledger.record_renewed(entry.id, float(fault["expires_at"]))
 
+    def _renew_routed(self, entry: FaultEntry) -> None:
+        route = self.routes.get(entry.via)
+        if route is None:
+            return
+        try:
+            expires_at = route.renew(entry)
+        except GamedayError as exc:
+            log.warning("lease renewal failed", fault=entry.id, via=entry.via, error=str(exc))
+            return
+        if expires_at is None:
+            self.ledger.record_reverted(entry.id, self.clock.now(), "lease-lost")
+            log.warning("lease lost", fault=entry.id, kind=entry.kind, via=entry.via)
+        else:
+            self.ledger.record_renewed(entry.id, expires_at)
+
     def _loop(self) -> None:
+        # A failed renewal is retried on the next tick (the fault is still due); nothing
+        # an agent answers may end this thread while the run lives.
         while not self._stop.wait(self.tick_s):
-            self.renew_due()
+            try:
+                self.renew_due()
+            except Exception:
+                log.exception("lease renewal round failed; retrying")

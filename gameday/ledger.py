@@ -7,6 +7,7 @@ never loses what it injected. The in-memory view answers "what is still active".
 
 import json
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,10 +33,18 @@ class FaultEntry:
     reverted_at: float | None = None
     revert_reason: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    via: str = "agent"  # or "kubernetes": applied through the API, reverted by details.inverse
 
     @property
     def active(self) -> bool:
         return self.reverted_at is None
+
+    @property
+    def inverse(self) -> dict[str, str]:
+        """How to undo the fault without this process: the agent call that reverts it."""
+        if self.via != "agent":
+            return {str(k): str(v) for k, v in (self.details.get("inverse") or {}).items()}
+        return {"method": "DELETE", "url": f"{self.agent_url}/v1/faults/{self.id}"}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +53,7 @@ class FaultEntry:
             "applied_at": self.applied_at, "expires_at": self.expires_at,
             "lease_s": self.lease_s, "action": self.action, "reverted_at": self.reverted_at,
             "revert_reason": self.revert_reason, "details": self.details,
+            "inverse": self.inverse, "via": self.via,
         }
 
 
@@ -59,18 +69,38 @@ class Ledger:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     def _append(self, event: str, payload: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        line = json.dumps({"event": event, "run": self.run_id, **payload}, sort_keys=True)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        if self.path is not None:
+            append_event(self.path, event, self.run_id, payload)
 
     def record_applied(self, entry: FaultEntry) -> None:
         with self._lock:
             self._entries[entry.id] = entry
-            self._append("applied", entry.to_json())
+            self._append("applied", {**entry.to_json(), "pid": os.getpid(),
+                                     "host": socket.gethostname()})
+
+    def record_applied_many(self, entries: list[FaultEntry]) -> None:
+        """Record many applied faults with one write and one fsync (fan-out)."""
+        with self._lock:
+            for entry in entries:
+                self._entries[entry.id] = entry
+            if self.path is not None and entries:
+                extra = {"pid": os.getpid(), "host": socket.gethostname()}
+                append_events(self.path, self.run_id,
+                              [("applied", {**e.to_json(), **extra}) for e in entries])
+
+    def record_reverted_many(self, reverted: list[tuple[str, float, str]]) -> None:
+        """Record many reverts ``(id, reverted_at, reason)`` with one write and one fsync."""
+        with self._lock:
+            events = []
+            for fault_id, reverted_at, reason in reverted:
+                entry = self._entries.get(fault_id)
+                if entry is None or not entry.active:
+                    continue
+                entry.reverted_at, entry.revert_reason = reverted_at, reason
+                events.append(("reverted", {"id": fault_id, "reverted_at": reverted_at,
+                                            "reason": reason}))
+            if self.path is not None and events:
+                append_events(self.path, self.run_id, events)
 
     def record_renewed(self, fault_id: str, expires_at: float) -> None:
         with self._lock:
@@ -99,6 +129,31 @@ class Ledger:
 
     def __iter__(self) -> Iterator[FaultEntry]:
         return iter(self.entries())
+
+
+def append_event(path: Path, event: str, run_id: str, payload: dict[str, Any]) -> None:
+    """Append one event line (O_APPEND, one write, fsync'd before returning)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"event": event, "run": run_id, **payload}, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any]]]) -> None:
+    """Append several event lines with one write and one fsync."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps({"event": event, "run": run_id, **payload}, sort_keys=True)
+                   + "\n" for event, payload in events)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:

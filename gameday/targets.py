@@ -157,6 +157,8 @@ def open_target(kind: str, configuration: Mapping[str, Any], *, lab_dir: Path) -
     if kind == "host":
         return host_target(configuration)
     if kind == "kubernetes":
-        raise TargetUnavailable("target kubernetes is not available yet in this version")
+        from gameday.k8s.target import kubernetes_target  # loads the client only when asked
+
+        return kubernetes_target(configuration)
     raise InvalidInput(f"unknown target {kind!r} (known: {', '.join(TARGET_KINDS)})",
                        path="--target")

@@ -4,6 +4,7 @@
 
     gameday agent serve [--backend virtual|MODULE:FACTORY] [--listen HOST:PORT]
                         [--token-file F] [--state-dir D] [--node NAME]
+                        [--reconcile-kubernetes]
 
 The token comes from ``--token-file`` or else ``$GAMEDAY_AGENT_TOKEN``. The backend is
 a name from :data:`BACKENDS` or a ``module:callable`` spec; the callable is called as
@@ -30,6 +31,7 @@ from typing import Final, cast
 import structlog
 
 from gameday.agent.backend import Backend
+from gameday.agent.reconcile import reconciler_for
 from gameday.agent.server import AgentServer
 from gameday.errors import GamedayError, InvalidInput
 
@@ -120,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="where active faults are saved (default: .gameday/agent)")
     parser.add_argument("--node", default=socket.gethostname(), metavar="NAME",
                         help="node name reported by the agent (default: the host name)")
+    parser.add_argument("--reconcile-kubernetes", action="store_true",
+                        help="also undo expired gameday marks (cordon, taint) on this node "
+                             "through the Kubernetes API (gameday/agent/reconcile.py)")
     return parser
 
 
@@ -144,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         token = _read_token(args.token_file)
         host, port = parse_listen(args.listen)
         backend = load_backend(args.backend, args.node)
+        reconciler = reconciler_for(args.node) if args.reconcile_kubernetes else None
         safe_node = re.sub(r"[^A-Za-z0-9._-]", "_", args.node)
         state_path = pathlib.Path(args.state_dir) / f"agent-{safe_node}.json"
         server = AgentServer(backend, token=token, state_path=state_path, node=args.node,
@@ -164,10 +170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in _SHUTDOWN_SIGNALS}
     try:
         server.start()
+        if reconciler is not None:
+            reconciler.start()
         print(f"agent listening on {server.url}", flush=True)
         while not stop.wait(1.0):
             pass
     finally:
+        if reconciler is not None:
+            reconciler.stop()
         server.stop(revert=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,0 +1,197 @@
+"""Fan-out: inject + revert one fault on 1,024 virtual GPUs across 128 agents, against the
+same targets done one by one as plain Chaos Toolkit activities.
+
+Set-up (not timed): the Kubernetes API stand-in (tests/k8s/kube_standin.py, real HTTP,
+in this process) lists 128 GPU nodes and their agent pods; the 128 agents are REAL agent
+HTTP servers with the lab's virtual-GPU backend (8 GPUs each), run as SUBPROCESSES:
+``--racks`` processes (default 8) of 16 in-process ``AgentServer``s each, so that the
+agents' CPU is not the orchestrator's and 128 interpreters are not started on a shared
+machine; they log at WARNING. Agents save their state with fsync, as real agents do, by
+default in /dev/shm: each stands for a separate machine with its own disk, and 128 of
+them fsyncing on this machine's one (shared) disk would measure that disk, not the
+fan-out (``--agent-state DIR`` puts them on a disk). The orchestrator discovers the fleet
+through the REAL kubernetes client (``--target kubernetes``); its ledger and target locks
+are on disk (fsync'd), in both timed parts.
+
+Timed, in one run:
+
+- fan-out: the action ``faults.gpu.ecc_error(gpu={percent: 100})`` (one activity:
+  1,024 GPUs, concurrently through :mod:`gameday.fanout`), then ``faults.gpu.revert``;
+- sequential: for every GPU, ``faults.gpu.ecc_error(gpu={node, index})`` then
+  ``faults.gpu.revert`` as plain activities through chaoslib's ``run_activity``.
+
+Last line: ``fanout: gpus=1024 agents=128 wall_s=… sequential_s=… ratio=…
+orchestrator_rss_mb=…`` (goals: wall_s <= 2, ratio >= 20). ``orchestrator_rss_mb`` is
+this process's peak RSS, which also holds the API stand-in.
+"""
+
+import argparse
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "k8s"))
+
+import structlog  # noqa: E402
+
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+TOKEN = "bench-fanout-token"
+DEFAULT_AGENT_STATE = "/dev/shm" if Path("/dev/shm").is_dir() else None
+NAMESPACE = "gameday-system"
+ECC = {"kind": "single_bit", "count": 1}
+
+
+def rack(first: int, count: int, gpus: int, state: Path) -> None:
+    """A subprocess holding ``count`` agents; prints their URLs, serves until SIGTERM."""
+    from gameday.agent.server import AgentServer
+    from gameday.lab.devices import VirtualGpuBackend
+
+    servers = []
+    for number in range(first, first + count):
+        node = f"gpu-node-{number:03d}"
+        servers.append(AgentServer(VirtualGpuBackend(node, state / "gpus" / node, gpus=gpus),
+                                   token=TOKEN, state_path=state / "agents" / node / "agent.json",
+                                   node=node, reap_interval_s=1.0).start())
+    print(json.dumps([{"node": s.node, "url": s.url} for s in servers]), flush=True)
+    stop = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    while not stop:
+        time.sleep(0.2)
+    for server in servers:
+        server.stop(revert=True)
+
+
+def cpu_seconds(processes: list[subprocess.Popen[str]]) -> float:
+    """User + system CPU the agent processes used so far (from /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for process in processes:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def start_racks(args: argparse.Namespace, state: Path) -> tuple[list[subprocess.Popen[str]],
+                                                                list[dict[str, str]]]:
+    per_rack = -(-args.agents // args.racks)
+    processes, agents = [], []
+    for first in range(0, args.agents, per_rack):
+        count = min(per_rack, args.agents - first)
+        processes.append(subprocess.Popen(
+            [sys.executable, __file__, "--rack", str(first), str(count), str(args.gpus),
+             str(state)], stdout=subprocess.PIPE, text=True, cwd=REPO))
+    for process in processes:
+        assert process.stdout is not None
+        agents += json.loads(process.stdout.readline())
+    return processes, agents
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=128)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per agent")
+    parser.add_argument("--racks", type=int, default=8, help="agent processes")
+    parser.add_argument("--agent-state", default=DEFAULT_AGENT_STATE, metavar="DIR",
+                        help="where the agents keep their state (default: /dev/shm where it "
+                             "exists; give a disk directory to include 128 agents' fsyncs "
+                             "on this machine's one disk)")
+    parser.add_argument("--skip-sequential", action="store_true",
+                        help="time the fan-out only (for profiling)")
+    parser.add_argument("--rack", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rack:
+        rack(int(args.rack[0]), int(args.rack[1]), int(args.rack[2]), Path(args.rack[3]))
+        return
+
+    from chaoslib.activity import run_activity
+    from kube_standin import running_standin
+
+    from gameday import session as sessions
+    from gameday.fanout import FanoutOptions
+    from gameday.k8s.target import kubernetes_target
+
+    with tempfile.TemporaryDirectory(prefix="gdk8s-bench-") as tmp, running_standin() as api:
+        state = Path(tmp)
+        agent_state = Path(tempfile.mkdtemp(prefix="gdk8s-agents-", dir=args.agent_state or tmp))
+        processes, agents = start_racks(args, agent_state)
+        try:
+            api.add_secret(NAMESPACE, "gameday-agent-token", {"token": TOKEN})
+            for agent in agents:
+                port = int(agent["url"].rsplit(":", 1)[1])
+                api.add_node(agent["node"], {"nvidia.com/gpu.present": "true"})
+                api.add_pod(NAMESPACE, f"gameday-agent-{agent['node']}", agent["node"],
+                            labels={"app.kubernetes.io/name": "gameday-agent"},
+                            pod_ip="127.0.0.1", port=port, owner_kind="DaemonSet")
+            target = kubernetes_target({"k8s_api_url": api.url, "k8s_api_token": api.token})
+            gpus = target.gpus()
+
+            def activity(func: str, **arguments: object) -> dict[str, object]:
+                return {"type": "action", "name": func, "provider": {
+                    "type": "python", "module": "faults.gpu", "func": func,
+                    "arguments": arguments}}
+
+            def session(name: str) -> sessions.Session:
+                return sessions.activate(sessions.Session(
+                    target=target, ledger_path=state / name / "ledger.jsonl"))
+
+            fan = session("fanout")
+            cpu_before = time.process_time()
+            agents_cpu_before = cpu_seconds(processes)
+            started = time.perf_counter()
+            applied = run_activity(activity("ecc_error", gpu={"percent": 100}, **ECC), {}, {})
+            reverted = run_activity(activity("revert"), {}, {})
+            wall_s = time.perf_counter() - started
+            cpu_s = time.process_time() - cpu_before
+            agents_cpu_s = cpu_seconds(processes) - agents_cpu_before
+            assert len(applied["faults"]) == len(gpus) and reverted == {"reverted": len(gpus)}
+            assert not fan.ledger.active()
+            fan.close()
+
+            seq = session("sequential")
+            started = time.perf_counter()
+            for gpu in gpus[:0] if args.skip_sequential else gpus:
+                run_activity(activity("ecc_error", gpu={"node": gpu.node, "index": gpu.index},
+                                      **ECC), {}, {})
+                run_activity(activity("revert"), {}, {})
+            sequential_s = time.perf_counter() - started
+            assert args.skip_sequential or len(seq.ledger.entries()) == len(gpus)
+            assert not seq.ledger.active()
+            seq.close()
+            sessions.deactivate()
+        finally:
+            for process in processes:
+                process.send_signal(signal.SIGTERM)
+            for process in processes:
+                process.wait(60)
+            if args.agent_state:
+                shutil.rmtree(agent_state, ignore_errors=True)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"agents' state in {args.agent_state or 'a temporary directory'}; "
+          f"fan-out concurrency {FanoutOptions().concurrency}")
+    print(f"fan-out: inject+revert of {len(gpus)} GPUs in {wall_s:.3f} s; one by one as "
+          f"activities: {sequential_s:.3f} s (CPU in the fan-out: orchestrator {cpu_s:.3f} s, "
+          f"agents {agents_cpu_s:.3f} s, on {os.cpu_count()} CPUs; "
+          f"load average {os.getloadavg()[0]:.1f})")
+    print(f"fanout: gpus={len(gpus)} agents={len(agents)} wall_s={wall_s:.3f} "
+          f"sequential_s={sequential_s:.3f} ratio={sequential_s / wall_s:.1f} "
+          f"orchestrator_rss_mb={rss_mb:.0f}")
+
+
+if __name__ == "__main__":
+    main()

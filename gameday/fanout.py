@@ -1,0 +1,280 @@
+"""Fan-out: one fault kind on many GPUs (a fleet) at once, with a result per target.
+
+Targets are grouped by node: each node's requests go one after the other on that
+node's agent connection (an agent saves its state per change anyway), and up to
+``concurrency`` nodes are worked on at once. A request that fails for a reason that may
+pass (agent unreachable, timeout, ``5xx``, ``429``) is retried with exponential back-off
+(tenacity, on an injectable sleep); a refusal (``4xx``: bad parameters, conflict,
+unknown kind) is not. Every target gets a :class:`TargetResult`.
+
+If any target failed, everything this fan-out applied is reverted (concurrently, the
+same way) and the report says which targets failed and why, and what was rolled back:
+a fleet fault is all or nothing.
+
+:func:`inject_gpus` is the fault actions' path (through the run's session, so its
+allowlist, target locks and lease renewals apply; the ledger records the applied
+faults in one fsync'd write), :func:`revert_entries` the session's rollback path.
+Between the agents' answers and that write a crash would leave faults unrecorded for
+at most their lease: the agents revert them when it lapses.
+"""
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import structlog
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from gameday import signals
+from gameday.errors import AgentError, GamedayError
+from gameday.ledger import FaultEntry
+from gameday.targets import GpuRef
+
+if TYPE_CHECKING:
+    from gameday.session import Session
+
+__all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "TargetResult", "fan_out",
+           "inject_gpus", "revert_entries"]
+
+log = structlog.get_logger("gameday.fanout")
+
+J = TypeVar("J")
+
+#: Nodes worked on at once by default (``FanoutOptions.concurrency``).
+CONCURRENCY_ENV = "GAMEDAY_FANOUT_CONCURRENCY"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+
+
+@dataclass(frozen=True)
+class FanoutOptions:
+    """How wide and how stubborn a fan-out is."""
+
+    concurrency: int = field(default_factory=lambda: _env_int(CONCURRENCY_ENV, 64))  # nodes
+    attempts: int = 3              # per target, for failures that may pass
+    backoff_s: float = 0.05        # first retry delay; doubles, capped at 2 s
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What happened to one target: applied (with the fault id) or failed (why)."""
+
+    node: str
+    target: Mapping[str, Any]
+    ok: bool
+    attempts: int
+    fault_id: str | None = None
+    error: str | None = None
+
+    def label(self) -> str:
+        where = ",".join(f"{k}={v}" for k, v in sorted(self.target.items()))
+        return f"{self.node}/{where}" if where else self.node
+
+
+@dataclass
+class FanoutReport:
+    """Every target's result, and what was rolled back after a partial failure."""
+
+    results: list[TargetResult] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    rollback_failures: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def failed(self) -> list[TargetResult]:
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def applied(self) -> list[TargetResult]:
+        return [r for r in self.results if r.ok]
+
+    def summary(self) -> str:
+        """One line: counts, then the first few failures with their reasons."""
+        line = (f"{len(self.applied)} of {len(self.results)} targets ok, "
+                f"{len(self.failed)} failed")
+        if self.failed:
+            shown = "; ".join(f"{r.label()}: {r.error}" for r in self.failed[:3])
+            more = f" (+{len(self.failed) - 3} more)" if len(self.failed) > 3 else ""
+            line += f" ({shown}{more})"
+        if self.rolled_back or self.rollback_failures:
+            line += f"; rolled back {len(self.rolled_back)}"
+        if self.rollback_failures:
+            line += (f", {len(self.rollback_failures)} could not be reverted "
+                     f"({self.rollback_failures[0]})")
+        return line
+
+
+class FanoutFailed(GamedayError):
+    """Some targets of a fan-out failed; what was applied has been rolled back."""
+
+    def __init__(self, report: FanoutReport) -> None:
+        self.report = report
+        super().__init__(f"fan-out failed: {report.summary()}")
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another try: unreachable/timeout (no status), 5xx, 429."""
+    if not isinstance(exc, AgentError):
+        return False
+    return exc.status is None or exc.status >= 500 or exc.status == 429
+
+
+@dataclass(frozen=True)
+class _Outcome(Generic[J]):
+    job: J
+    value: Any
+    error: BaseException | None
+    attempts: int
+
+
+def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: Callable[[J], Any],
+            options: FanoutOptions = FanoutOptions(),
+            sink: list[_Outcome[J]] | None = None) -> list[_Outcome[J]]:
+    """Run ``call(job)`` for every job, a node's jobs in order, ``concurrency`` nodes at
+    once, retrying transient failures; outcomes in the order of ``jobs``. Each outcome is
+    also appended to ``sink`` as it comes, so a caller interrupted meanwhile (a signal,
+    an activity timeout) still knows what was done: the pool is joined before the
+    interruption leaves this function."""
+    by_node: dict[str, list[tuple[int, J]]] = defaultdict(list)
+    for position, job in enumerate(jobs):
+        by_node[node_of(job)].append((position, job))
+    outcomes: list[_Outcome[J] | None] = [None] * len(jobs)
+
+    def one(job: J) -> _Outcome[J]:
+        tries = 0
+
+        def attempt() -> Any:
+            nonlocal tries
+            tries += 1
+            return call(job)
+
+        retrying = Retrying(stop=stop_after_attempt(max(1, options.attempts)),
+                            wait=wait_exponential(multiplier=options.backoff_s, max=2.0),
+                            retry=retry_if_exception(_transient), sleep=options.sleep,
+                            reraise=True)
+        try:
+            return _Outcome(job, retrying(attempt), None, tries)
+        except Exception as exc:
+            return _Outcome(job, None, exc, tries)
+
+    def node_worker(items: list[tuple[int, J]]) -> None:
+        for position, job in items:
+            outcomes[position] = outcome = one(job)
+            if sink is not None:
+                sink.append(outcome)
+
+    workers = max(1, min(options.concurrency, len(by_node)))
+    if workers == 1:
+        for items in by_node.values():
+            node_worker(items)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fanout") as pool:
+            list(pool.map(node_worker, by_node.values()))
+    return [o for o in outcomes if o is not None]
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def inject_gpus(session: "Session", gpus: Sequence["GpuRef"], *, kind: str,
+                params: Mapping[str, Any], action: str = "", lease_s: float | None = None,
+                options: FanoutOptions = FanoutOptions()) -> list[FaultEntry]:
+    """Apply ``kind`` on every GPU through the session, concurrently; all or nothing.
+
+    Returns the ledger entries (in the order of ``gpus``). If any GPU failed, reverts
+    what was applied and raises :class:`FanoutFailed` (its ``report`` has a result per
+    GPU).
+    """
+    started = time.monotonic()
+
+    def apply(gpu: "GpuRef") -> FaultEntry:
+        return session.inject(node=gpu.node, kind=kind, target={"gpu": gpu.index},
+                              params=dict(params), action=action, lease_s=lease_s,
+                              record=False)
+
+    done: list[_Outcome[GpuRef]] = []
+    try:
+        outcomes = fan_out(list(gpus), lambda g: g.node, apply, options, sink=done)
+    finally:  # even when interrupted: what was applied is recorded (then rolled back)
+        with signals.deferred():
+            entries = [o.value for o in done if o.error is None]
+            session.ledger.record_applied_many(entries)
+            for entry in entries:
+                session.event("fault_applied", id=entry.id, kind=kind, node=entry.node,
+                              target=entry.target, injected_at=entry.injected_at,
+                              at=entry.applied_at)
+            if entries:
+                session.renewer.start()
+    entries = [o.value for o in outcomes if o.error is None]  # in the order of gpus
+    report = FanoutReport(results=[
+        TargetResult(node=o.job.node, target={"gpu": o.job.index}, ok=o.error is None,
+                     attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
+                     error=None if o.error is None else _error_text(o.error))
+        for o in outcomes])
+    if len(outcomes) == 1 and outcomes[0].error is not None:
+        raise outcomes[0].error  # one target: its own error, nothing to roll back
+    if report.failed:
+        report.rollback_failures = revert_entries(session, entries, "fanout-partial-failure",
+                                                  options)
+        failed_ids = {line.split(" ", 2)[1] for line in report.rollback_failures}
+        report.rolled_back = [e.id for e in entries if e.id not in failed_ids]
+        report.wall_s = time.monotonic() - started
+        log.warning("fan-out failed", kind=kind, summary=report.summary())
+        raise FanoutFailed(report)
+    report.wall_s = time.monotonic() - started
+    log.info("fan-out applied", kind=kind, gpus=len(entries), wall_s=round(report.wall_s, 3))
+    return entries
+
+
+def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: str,
+                   options: FanoutOptions = FanoutOptions()) -> list[str]:
+    """Revert agent faults concurrently, record them in one ledger write; one line per
+    fault that could not be reverted (``"<kind> <id> on <node>: <why>"``)."""
+    target = session.require_target()
+
+    def revert(entry: FaultEntry) -> dict[str, Any]:
+        return target.agent(entry.node).revert(entry.id)
+
+    finished: list[_Outcome[FaultEntry]] = []
+    try:
+        fan_out([e for e in entries if e.via == "agent"], lambda e: e.node, revert, options,
+                sink=finished)
+    finally:
+        with signals.deferred():
+            failures = _record_reverts(session, finished, reason)
+    return failures
+
+
+def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]],
+                    reason: str) -> list[str]:
+    done: list[tuple[str, float, str]] = []
+    failures: list[str] = []
+    for outcome in finished:
+        entry = outcome.job
+        if outcome.error is not None:
+            failures.append(f"{entry.kind} {entry.id} on {entry.node}: "
+                            f"{_error_text(outcome.error)}")
+            continue
+        fault = outcome.value
+        reverted_at = float(fault.get("reverted_at") or session.clock.now())
+        done.append((entry.id, reverted_at, str(fault.get("revert_reason") or reason)))
+    session.ledger.record_reverted_many(done)
+    kinds = {o.job.id: o.job.kind for o in finished}
+    for fault_id, reverted_at, _ in done:
+        session.event("fault_reverted", id=fault_id, kind=kinds[fault_id], at=reverted_at)
+    return failures

@@ -1,0 +1,167 @@
+"""Fan-out across a fleet: a result per target, retries, and all-or-nothing.
+
+Stand-ins: the Kubernetes API (kube_standin.py, real HTTP, the REAL ``kubernetes``
+client) for discovery, and the GPUs (virtual). Real: 32 in-process agents (each a real
+HTTP server on loopback; in-process so that 32 of them stay cheap), their leases and
+state files, the session's ledger.
+"""
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chaoslib.exceptions import ActivityFailed
+from k8s_cluster import (
+    AGENT_TOKEN,
+    NAMESPACE,
+    AgentFleet,
+    api_configuration,
+    inprocess_agents,
+    register_agent,
+)
+from kube_standin import running_standin
+
+import faults.gpu as gpu_faults
+from gameday import session as sessions
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.fanout import FanoutFailed, FanoutOptions, inject_gpus
+from gameday.k8s.target import kubernetes_target
+from gameday.lab.devices import VirtualGpuBackend
+
+NODES = [f"n{i:02d}" for i in range(32)]
+
+
+class Faulty(VirtualGpuBackend):
+    """Virtual GPUs whose apply refuses GPU ``refuse`` and fails ``flaky`` times first."""
+
+    def __init__(self, node: str, state_dir: Path, *, refuse: int | None = None,
+                 flaky: int = 0) -> None:
+        super().__init__(node, state_dir, gpus=4)
+        self.refuse = refuse
+        self.flaky = flaky
+        self.guard = threading.Lock()
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        with self.guard:
+            if self.flaky > 0:
+                self.flaky -= 1
+                raise RuntimeError("transient device hiccup")
+        if request.target.get("gpu") == self.refuse:
+            raise FaultRejected(f"gpu {self.refuse} is in maintenance")
+        return super().apply(fault_id, request)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[AgentFleet, sessions.Session]]:
+    backends = {"n07": Faulty("n07", tmp_path / "gpus" / "n07", refuse=2),
+                "n09": Faulty("n09", tmp_path / "gpus" / "n09", flaky=1)}
+    with running_standin() as api, inprocess_agents(tmp_path, NODES, gpus=4,
+                                                    backends=backends) as agents:
+        api.add_secret(NAMESPACE, "gameday-agent-token", {"token": AGENT_TOKEN})
+        for server in agents.servers:
+            register_agent(api, server.node, server.url, {"rack": f"r{int(server.node[1:]) % 4}"})
+        target = kubernetes_target(api_configuration(api))
+        session = sessions.activate(sessions.Session(
+            target=target, ledger_path=tmp_path / "home" / "ledger.jsonl"))
+        try:
+            yield agents, session
+        finally:
+            session.close()
+            sessions.deactivate()
+
+
+def test_a_fleet_fault_is_applied_everywhere_then_reverted(fleet: Any) -> None:
+    agents, session = fleet
+    result = gpu_faults.ecc_error({"node_labels": {"rack": "r1"}}, count=1)
+    # racks r1: n01, n05, ..., n29 (8 nodes x 4 GPUs); n09's first apply failed and was retried
+    assert len(result["faults"]) == 32 and agents.active_faults() == 32
+    assert {f["gpu"].split("/")[0] for f in result["faults"]} == {f"n{i:02d}" for i in
+                                                                  range(1, 32, 4)}
+    assert len(session.ledger.active()) == 32
+    assert gpu_faults.revert() == {"reverted": 32}
+    assert agents.active_faults() == 0 and session.ledger.active() == []
+
+
+def test_partial_failure_reverts_what_was_applied_and_names_the_failures(fleet: Any) -> None:
+    agents, session = fleet
+    target = session.require_target()
+    gpus = target.resolve_gpus({"percent": 100})
+    assert len(gpus) == 128
+    gone = next(s for s in agents.servers if s.node == "n11")
+    gone.stop(revert=True)  # an agent that dies after discovery: unreachable
+    slept: list[float] = []
+    with pytest.raises(FanoutFailed) as failed:
+        inject_gpus(session, gpus, kind="gpu.ecc",
+                    params={"kind": "single_bit", "count": 1, "xid": None,
+                            "corrupt_weights": False},
+                    options=FanoutOptions(concurrency=16, attempts=3, sleep=slept.append))
+    report = failed.value.report
+    failed_labels = {r.label(): r for r in report.failed}
+    assert set(failed_labels) == {"n07/gpu=2"} | {f"n11/gpu={i}" for i in range(4)}
+    assert "in maintenance" in failed_labels["n07/gpu=2"].error
+    assert failed_labels["n07/gpu=2"].attempts == 1  # a refusal is not retried
+    assert failed_labels["n11/gpu=0"].attempts == 3  # unreachable: retried, then given up
+    assert "cannot connect" in failed_labels["n11/gpu=0"].error
+    n09 = [r for r in report.results if r.node == "n09"]
+    assert all(r.ok for r in n09) and max(r.attempts for r in n09) == 2
+    assert len(report.applied) == 123 and len(report.rolled_back) == 123
+    assert report.rollback_failures == []
+    assert agents.active_faults() == 0
+    assert len(session.ledger.entries()) == 123 and session.ledger.active() == []
+    assert {e.revert_reason for e in session.ledger.entries()} == {"requested"}
+    assert slept  # the back-off went through the injected sleep
+    assert str(failed.value).startswith("fan-out failed: 123 of 128 targets ok, 5 failed")
+    # through the action, the same is one line
+    with pytest.raises(ActivityFailed, match="fan-out failed: 123 of 128 targets ok"):
+        gpu_faults.ecc_error({"percent": 100})
+    assert agents.active_faults() == 0
+
+
+class Interrupting(VirtualGpuBackend):
+    """Virtual GPUs whose first apply sends SIGUSR1 to this process (the test's stand-in for
+    a Ctrl-C or an activity timeout arriving in the main thread mid fan-out)."""
+
+    sent = False
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        if not Interrupting.sent:
+            Interrupting.sent = True
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return super().apply(fault_id, request)
+
+
+def test_an_interruption_mid_fan_out_still_records_what_was_applied(tmp_path: Path) -> None:
+    class Interruption(Exception):
+        pass
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interruption("interrupted")
+
+    nodes = ["i0", "i1", "i2", "i3"]
+    backends = {"i2": Interrupting("i2", tmp_path / "gpus" / "i2", gpus=4)}
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with running_standin() as api, inprocess_agents(tmp_path, nodes,
+                                                        backends=backends) as agents:
+            api.add_secret(NAMESPACE, "gameday-agent-token", {"token": AGENT_TOKEN})
+            for server in agents.servers:
+                register_agent(api, server.node, server.url)
+            target = kubernetes_target(api_configuration(api))
+            session = sessions.Session(target=target,
+                                       ledger_path=tmp_path / "home" / "ledger.jsonl")
+            with pytest.raises(Interruption):
+                inject_gpus(session, target.resolve_gpus({"percent": 100}), kind="gpu.ecc",
+                            params={"kind": "single_bit", "count": 1, "xid": None,
+                                    "corrupt_weights": False},
+                            options=FanoutOptions(concurrency=4))
+            # the pool was joined before the interruption left: everything is recorded
+            assert len(session.ledger.active()) == agents.active_faults() == 16
+            assert session.close() == []
+            assert agents.active_faults() == 0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

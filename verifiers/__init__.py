@@ -1,7 +1,8 @@
 """Verifier probes: Chaos Toolkit probes that measure, never inject.
 
 - ``verifiers.steady``: ``http_latency_ok``, ``prometheus_query_ok`` (steady state);
-- ``verifiers.rto``: ``measure_recovery`` (recovery time after the fault onset);
+- ``verifiers.rto``: ``measure_recovery`` (time to detect, time to recover, RTO);
+- ``verifiers.rpo``: ``checkpoint_loss``, ``stream_loss`` (work lost: RPO);
 - ``verifiers.prediction_hash``: ``matches_golden``, ``verify_predictions``, ``save_golden``;
 - ``verifiers.reshard``: ``verify_reshard`` (self-healing re-shard off a faulted GPU).
 
@@ -14,8 +15,8 @@ from typing import Any
 
 __all__ = ["ACTIVITY_MODULES", "discover"]
 
-ACTIVITY_MODULES = ("verifiers.steady", "verifiers.rto", "verifiers.prediction_hash",
-                    "verifiers.reshard")
+ACTIVITY_MODULES = ("verifiers.steady", "verifiers.rto", "verifiers.rpo",
+                    "verifiers.prediction_hash", "verifiers.reshard")
 
 
 def discover(discover_system: bool = True) -> dict[str, Any]:

@@ -230,8 +230,16 @@ class LabPlacementSource:
         return HttpPlacementSource(self.url(), self.timeout_s).read()
 
 
-def placement_source(spec: str, timeout_s: float = 5.0) -> PlacementSource:
-    """``lab`` / ``target``: the run target's placement; an http(s) URL: that endpoint."""
+def placement_source(spec: str | Mapping[str, Any], timeout_s: float = 5.0) -> PlacementSource:
+    """``lab`` / ``target``: the run target's placement; an http(s) URL: that endpoint;
+    ``{"kubernetes": {...}}``: shard pods joined with dcgm-exporter series
+    (``verifiers.k8s_placement``)."""
+    if isinstance(spec, Mapping):
+        if set(spec) != {"kubernetes"} or not isinstance(spec["kubernetes"], Mapping):
+            raise PlacementError('a placement mapping must be {"kubernetes": {...}}')
+        from verifiers.k8s_placement import kubernetes_source
+
+        return kubernetes_source(spec["kubernetes"])
     if spec in ("lab", "target"):
         source = LabPlacementSource(timeout_s)
         source.url()  # fail now, not after a timeout, when there is no URL

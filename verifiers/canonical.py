@@ -9,6 +9,10 @@ Fortran-ordered array.
 With ``decimals`` set, values are rounded half-to-even to that many decimal places
 first, ``-0.0`` becomes ``0.0`` and every NaN becomes the same NaN, so tiny numeric
 noise (a different BLAS, a different reduction order) does not change the digest.
+
+With ``dtype`` ``float32`` (or ``float16``) the values are compared and hashed as that
+type (little-endian), for models that answer in reduced precision; the dtype is in the
+digest's header, so digests of different dtypes never match.
 """
 
 import hashlib
@@ -18,11 +22,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ENCODING", "OutputsError", "as_array", "canonical_bytes", "digest",
+__all__ = ["DTYPES", "ENCODING", "OutputsError", "as_array", "canonical_bytes", "digest",
            "first_difference"]
 
 ENCODING = "gameday-outputs-v1"
 _DTYPE = np.dtype("<f8")
+DTYPES: dict[str, np.dtype[Any]] = {"float64": np.dtype("<f8"), "float32": np.dtype("<f4"),
+                                    "float16": np.dtype("<f2")}
 
 Array = npt.NDArray[np.float64]
 
@@ -42,30 +48,42 @@ def as_array(outputs: Any) -> Array:
     return np.ascontiguousarray(array, dtype=_DTYPE)
 
 
-def _normalised(array: Array, decimals: int | None) -> Array:
+def _dtype(dtype: str) -> np.dtype[Any]:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise OutputsError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}") from None
+
+
+def _normalised(array: Array, decimals: int | None, dtype: str = "float64") -> Any:
+    kind = _dtype(dtype)
+    if kind != _DTYPE:
+        array = array.astype(kind).astype(_DTYPE)  # the values the reduced type can hold
     if decimals is None:
-        return array
+        return np.ascontiguousarray(array, dtype=kind)
     rounded = np.round(array, decimals)
     rounded = rounded + 0.0  # -0.0 + 0.0 is +0.0
     rounded[np.isnan(rounded)] = np.nan  # one NaN bit pattern
-    return np.ascontiguousarray(rounded, dtype=_DTYPE)
+    return np.ascontiguousarray(rounded, dtype=kind)
 
 
-def canonical_bytes(outputs: Any, decimals: int | None = None) -> bytes:
+def canonical_bytes(outputs: Any, decimals: int | None = None, dtype: str = "float64") -> bytes:
     """The bytes the digest is taken over: header, NUL, values."""
-    array = _normalised(as_array(outputs), decimals)
-    header = json.dumps({"encoding": ENCODING, "dtype": _DTYPE.str, "order": "C",
+    array = _normalised(as_array(outputs), decimals, dtype)
+    header = json.dumps({"encoding": ENCODING, "dtype": array.dtype.str, "order": "C",
                          "shape": list(array.shape), "decimals": decimals},
                         sort_keys=True, separators=(",", ":"))
-    return header.encode("ascii") + b"\0" + array.tobytes(order="C")
+    values: bytes = array.tobytes(order="C")
+    return header.encode("ascii") + b"\0" + values
 
 
-def digest(outputs: Any, decimals: int | None = None) -> str:
+def digest(outputs: Any, decimals: int | None = None, dtype: str = "float64") -> str:
     """SHA-256 (hex) of the canonical encoding of ``outputs``."""
-    return hashlib.sha256(canonical_bytes(outputs, decimals)).hexdigest()
+    return hashlib.sha256(canonical_bytes(outputs, decimals, dtype)).hexdigest()
 
 
-def first_difference(a: Any, b: Any, decimals: int | None = None) -> tuple[int, float] | None:
+def first_difference(a: Any, b: Any, decimals: int | None = None,
+                     dtype: str = "float64") -> tuple[int, float] | None:
     """Where two output sets first differ, as ``(flat_index, max_abs_error)``; None if equal.
 
     Equality is the digest's: bit-identical values after the optional rounding. The flat
@@ -74,10 +92,11 @@ def first_difference(a: Any, b: Any, decimals: int | None = None) -> tuple[int, 
     differ the index is the first differing position of the common prefix, else its end.
     """
     left, right = as_array(a), as_array(b)
-    flat_left = _normalised(left, decimals).ravel()
-    flat_right = _normalised(right, decimals).ravel()
+    flat_left = _normalised(left, decimals, dtype).ravel()
+    flat_right = _normalised(right, decimals, dtype).ravel()
     common = min(flat_left.size, flat_right.size)
-    differs = (flat_left[:common].view(np.uint64) != flat_right[:common].view(np.uint64))
+    bits = f"<u{flat_left.dtype.itemsize}"
+    differs = (flat_left[:common].view(bits) != flat_right[:common].view(bits))
     positions = np.flatnonzero(differs)
     if left.shape != right.shape:
         index = int(positions[0]) if positions.size else common

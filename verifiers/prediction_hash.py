@@ -1,12 +1,17 @@
 """Prediction consistency: the model gives bit-identical answers to a golden input set.
 
-The probe POSTs ``{"inputs": [...]}`` (a deterministic golden set, or one read from a
-file) to a model endpoint, takes the SHA-256 of a canonical encoding of the
-``outputs`` (see ``verifiers.canonical``) and compares it with a golden digest: one
-captured earlier in the same run, a digest given literally, or a golden file.
+The probe POSTs a golden input set (deterministic, or read from a file) to a model
+endpoint — ``{"inputs": [...]}`` by default, or any JSON shape through a request
+template (``verifiers.templates``: ``{"instances": "$inputs"}`` for TF Serving / KServe
+v1, ``{"inputs": [{..., "data": "$inputs_flat"}]}`` for KServe v2 / Triton) — picks the
+outputs out of the answer with a selector (``outputs``, ``predictions``,
+``outputs.0.data``), takes the SHA-256 of a canonical encoding of them (see
+``verifiers.canonical``) and compares it with a golden digest: one captured earlier in
+the same run, a digest given literally, or a golden file.
 """
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,7 @@ from verifiers._http import HttpRequest, send
 from verifiers._results import fail, one_line, record
 from verifiers.canonical import OutputsError, as_array, digest, first_difference
 from verifiers.inputs import inputs_key, resolve_inputs
+from verifiers.templates import DEFAULT_TEMPLATE, render, select
 
 __all__ = ["matches_golden", "save_golden", "verify_predictions"]
 
@@ -37,8 +43,25 @@ class _Golden:
         self.outputs = outputs
 
 
-def _predict(endpoint: str, inputs: list[list[float]], timeout_s: float) -> Any:
-    body = json.dumps({"inputs": inputs}, separators=(",", ":")).encode("utf-8")
+class _Api:
+    """How to talk to the endpoint: request template, output (and shape) selector, dtype."""
+
+    def __init__(self, request: Any = None, outputs: str = "outputs",
+                 outputs_shape: str | None = None, dtype: str = "float64") -> None:
+        self.template = DEFAULT_TEMPLATE if request is None else request
+        self.selector = outputs
+        self.shape_selector = outputs_shape
+        self.dtype = dtype
+
+    def describe(self) -> dict[str, Any]:
+        return {"request": self.template, "outputs": self.selector,
+                "outputs_shape": self.shape_selector, "dtype": self.dtype}
+
+
+def _predict(endpoint: str, inputs: list[list[float]], timeout_s: float,
+             api: _Api | None = None) -> Any:
+    api = api or _Api()
+    body = json.dumps(render(api.template, inputs), separators=(",", ":")).encode("utf-8")
     request = HttpRequest(url=endpoint, method="POST", body=body, timeout_s=timeout_s,
                           headers={"Content-Type": "application/json",
                                    "Accept": "application/json"})
@@ -50,17 +73,27 @@ def _predict(endpoint: str, inputs: list[list[float]], timeout_s: float) -> Any:
     except ValueError:
         raise GamedayError(f"{request.describe()} answered {answer.status} with a body that "
                            f"is not JSON") from None
-    outputs = document.get("outputs") if isinstance(document, dict) else None
-    if not isinstance(outputs, list):
-        raise GamedayError(f"{request.describe()} answered without an \"outputs\" list")
     try:
-        as_array(outputs)
-    except OutputsError as exc:
+        outputs = select(document, api.selector)
+    except GamedayError as exc:
+        raise GamedayError(f"{request.describe()}: {exc}") from None
+    if not isinstance(outputs, list):
+        raise GamedayError(f"{request.describe()} answered without an {api.selector!r} list")
+    try:
+        array = as_array(outputs)
+        if api.shape_selector:
+            shape = select(document, api.shape_selector)
+            if not isinstance(shape, list) or array.size != math.prod(
+                    int(n) for n in shape):
+                raise OutputsError(f"{array.size} values do not fit shape {shape!r} "
+                                   f"({api.shape_selector})")
+            outputs = array.reshape([int(n) for n in shape]).tolist()
+    except (OutputsError, ValueError, TypeError) as exc:
         raise GamedayError(f"{request.describe()} answered malformed outputs: {exc}") from None
     return outputs
 
 
-def _golden_from_file(path: str, decimals: int | None) -> _Golden:
+def _golden_from_file(path: str, decimals: int | None, dtype: str = "float64") -> _Golden:
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -73,7 +106,7 @@ def _golden_from_file(path: str, decimals: int | None) -> _Golden:
     outputs = document.get("outputs")
     if outputs is not None:
         try:
-            return _Golden(f"file {path}", digest(outputs, decimals), outputs)
+            return _Golden(f"file {path}", digest(outputs, decimals, dtype), outputs)
         except OutputsError as exc:
             raise GamedayError(f"golden file {path}: outputs {exc}") from None
     stored = document.get("digest")
@@ -86,9 +119,11 @@ def _golden_from_file(path: str, decimals: int | None) -> _Golden:
 
 
 def _check(verifier: str, endpoint: str, golden: str, rows: int, cols: int, seed: int,
-           decimals: int | None, inputs_file: str | None, timeout_s: float) -> dict[str, Any]:
+           decimals: int | None, inputs_file: str | None, timeout_s: float,
+           api: _Api) -> dict[str, Any]:
     session = current()
-    measurement: dict[str, Any] = {"endpoint": endpoint, "decimals": decimals}
+    measurement: dict[str, Any] = {"endpoint": endpoint, "decimals": decimals,
+                                   **api.describe()}
     try:
         inputs = resolve_inputs(rows, cols, seed, inputs_file)
         key = f"prediction_hash {endpoint} inputs={inputs_key(inputs)}"
@@ -97,16 +132,16 @@ def _check(verifier: str, endpoint: str, golden: str, rows: int, cols: int, seed
         if golden == "capture":
             stored = session.golden.get(key)
             if stored is not None:
-                expected = _Golden("captured", digest(stored["outputs"], decimals),
+                expected = _Golden("captured", digest(stored["outputs"], decimals, api.dtype),
                                    stored["outputs"])
         elif _SHA256.match(golden):
             expected = _Golden("digest", golden.lower())
         else:
-            expected = _golden_from_file(golden, decimals)
-        outputs = _predict(endpoint, inputs, timeout_s)
-    except GamedayError as exc:
+            expected = _golden_from_file(golden, decimals, api.dtype)
+        outputs = _predict(endpoint, inputs, timeout_s, api)
+        actual = digest(outputs, decimals, api.dtype)
+    except (GamedayError, OutputsError) as exc:
         fail(verifier, str(exc), measurement)
-    actual = digest(outputs, decimals)
     measurement.update(digest=actual, shape=list(as_array(outputs).shape))
     if expected is None:
         session.golden[key] = {"digest": digest(outputs), "outputs": outputs,
@@ -128,7 +163,7 @@ def _check(verifier: str, endpoint: str, golden: str, rows: int, cols: int, seed
     else:
         golden_shape = tuple(as_array(expected.outputs).shape)
         shape = tuple(as_array(outputs).shape)
-        difference = first_difference(outputs, expected.outputs, decimals)
+        difference = first_difference(outputs, expected.outputs, decimals, api.dtype)
         index, error = difference if difference is not None else (None, 0.0)
         measurement.update(first_difference=index, max_abs_error=error)
         if shape != golden_shape:
@@ -141,7 +176,8 @@ def _check(verifier: str, endpoint: str, golden: str, rows: int, cols: int, seed
 
 def matches_golden(endpoint: str, golden: str = "capture", rows: int = 32, cols: int = 16,
                    seed: int = 0, decimals: int | None = None, inputs_file: str | None = None,
-                   timeout_s: float = 10.0) -> bool:
+                   timeout_s: float = 10.0, request: Any = None, outputs: str = "outputs",
+                   outputs_shape: str | None = None, dtype: str = "float64") -> bool:
     """The model at ``endpoint`` answers the golden inputs exactly as before.
 
     POSTs ``{"inputs": [...]}`` to ``endpoint``: the file ``inputs_file`` if given
@@ -157,19 +193,29 @@ def matches_golden(endpoint: str, golden: str = "capture", rows: int = 32, cols:
       with outputs, their digest is the golden one; a digest alone must have been taken
       with the same ``decimals``.
 
+    Any HTTP JSON model endpoint: ``request`` is a request template (default
+    ``{"inputs": "$inputs"}``; placeholders ``$inputs``, ``$inputs_flat``, ``$shape``,
+    ``$rows``, ``$cols``, see ``verifiers.templates``), ``outputs`` the selector of the
+    outputs in the answer (default ``outputs``; e.g. ``predictions``,
+    ``outputs.0.data``), ``outputs_shape`` an optional selector of their shape (flat
+    KServe v2 ``data`` is reshaped by it). ``dtype`` (``float64``, ``float32``,
+    ``float16``) is the precision values are compared and hashed in.
+
     Returns ``True``; raises ``ActivityFailed``, e.g. ``prediction hash mismatch: sha256
     ab12… != golden cd34… (first difference at output index 17, max abs error 0.83)``, or
     one line naming the endpoint's error.
     """
     _check("prediction_hash.matches_golden", endpoint, golden, rows, cols, seed, decimals,
-           inputs_file, timeout_s)
+           inputs_file, timeout_s, _Api(request, outputs, outputs_shape, dtype))
     return True
 
 
 def verify_predictions(endpoint: str, golden: str = "capture", rows: int = 32, cols: int = 16,
                        seed: int = 0, decimals: int | None = None,
-                       inputs_file: str | None = None,
-                       timeout_s: float = 10.0) -> dict[str, Any]:
+                       inputs_file: str | None = None, timeout_s: float = 10.0,
+                       request: Any = None, outputs: str = "outputs",
+                       outputs_shape: str | None = None,
+                       dtype: str = "float64") -> dict[str, Any]:
     """``matches_golden`` as a method probe: returns the measurement.
 
     Returns ``{"endpoint", "inputs", "rows", "cols", "decimals", "digest",
@@ -177,11 +223,13 @@ def verify_predictions(endpoint: str, golden: str = "capture", rows: int = 32, c
     "max_abs_error", "shape"}``; raises ``ActivityFailed`` as ``matches_golden`` does.
     """
     return _check("prediction_hash.verify_predictions", endpoint, golden, rows, cols, seed,
-                  decimals, inputs_file, timeout_s)
+                  decimals, inputs_file, timeout_s, _Api(request, outputs, outputs_shape, dtype))
 
 
 def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: int = 0,
-                inputs_file: str | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
+                inputs_file: str | None = None, timeout_s: float = 10.0, request: Any = None,
+                outputs: str = "outputs", outputs_shape: str | None = None,
+                dtype: str = "float64") -> dict[str, Any]:
     """Ask ``endpoint`` for the golden outputs now and write them to the JSON file ``path``.
 
     The file (``{"digest", "outputs", "inputs", ...}``) can then be given as ``golden``
@@ -192,8 +240,10 @@ def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: 
     measurement: dict[str, Any] = {"endpoint": endpoint, "path": path}
     try:
         inputs = resolve_inputs(rows, cols, seed, inputs_file)
-        outputs = _predict(endpoint, inputs, timeout_s)
-        document = {"digest": digest(outputs), "decimals": None, "outputs": outputs,
+        answer = _predict(endpoint, inputs, timeout_s, _Api(request, outputs, outputs_shape,
+                                                            dtype))
+        document = {"digest": digest(answer, None, dtype), "decimals": None, "dtype": dtype,
+                    "outputs": answer,
                     "inputs": inputs, "inputs_key": inputs_key(inputs), "endpoint": endpoint,
                     "captured_at": current().clock.now()}
         target = Path(path)
@@ -201,7 +251,7 @@ def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: 
         temporary = target.with_name(target.name + ".tmp")
         temporary.write_text(json.dumps(document) + "\n", encoding="utf-8")
         temporary.replace(target)
-    except GamedayError as exc:
+    except (GamedayError, OutputsError) as exc:
         fail(verifier, str(exc), measurement)
     except OSError as exc:
         fail(verifier, f"cannot write golden file {path}: {one_line(str(exc), 200)}",

@@ -1,9 +1,11 @@
-"""Recovery time objective: how long after the fault onset the service was whole again.
+"""Recovery time objective: time to detect, time to recover, and RTO after a fault.
 
-``measure_recovery`` samples a service-level indicator on a fixed cadence and keeps the
-samples on a timeline. The onset is the agent's ``applied_at`` for the run's most recent
-fault. The service counts as recovered at the first OK sample of the run of OK samples
-that lasted ``stable_for_s`` seconds, and ``rto_s = recovered_at - onset``.
+``measure_recovery`` folds an SLI timeline (the run's recorder, ``gameday.recorder``,
+or one it records itself) into detection and recovery instants. The onset is the
+agent's ``applied_at`` for the run's most recent fault. The service counts as recovered
+at the first OK sample of the run of OK samples that lasted ``stable_for_s`` seconds,
+and ``rto_s = recovered_at - onset``. Time to detect comes from the system's own signal
+(``verifiers.detection``): the controller's event log or a PromQL expression.
 """
 
 import math
@@ -13,15 +15,13 @@ from typing import Any
 
 from gameday.clock import Clock
 from gameday.errors import GamedayError
+from gameday.recorder import Recorder
 from gameday.session import current
-from verifiers._http import HttpRequest, build_request, send
 from verifiers._results import fail, one_line, record
+from verifiers.detection import DetectionSignal, detection_signal
+from verifiers.sli import recorder_for
 
 __all__ = ["measure_recovery"]
-
-_SLI_KEYS = ("http", "method", "json_body", "predict_rows", "predict_cols", "seed",
-             "timeout_s", "headers")
-DEFAULT_REQUEST_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -119,54 +119,63 @@ def track_recovery(sampler: Sampler, tracker: RecoveryTracker, clock: Clock, *,
         clock.sleep(min(started + tick * interval_s, deadline) - now)
 
 
-def _http_sampler(request: HttpRequest) -> Sampler:
-    def sample() -> Probe:
-        answer = send(request)
-        return Probe(answer.ok, "" if answer.ok else answer.error)
-    return sample
+def follow_recorder(recorder: Recorder, tracker: RecoveryTracker, clock: Clock, *,
+                    interval_s: float, timeout_s: float) -> RecoveryTracker:
+    """Fold the recorder's SLI timeline into ``tracker`` as it grows, until recovered or
+    ``timeout_s`` has passed (checking every ``interval_s``)."""
+    deadline = clock.monotonic() + timeout_s
+    folded = 0
+    while True:
+        readings = recorder.combined()
+        for reading in readings[folded:]:
+            tracker.add(reading.t, Probe(reading.ok, reading.error))
+            if tracker.recovered_at is not None:
+                return tracker
+        folded = len(readings)
+        now = clock.monotonic()
+        if now >= deadline:
+            return tracker
+        clock.sleep(min(interval_s, deadline - now))
 
 
-def _sli_request(sli: dict[str, Any]) -> HttpRequest:
-    if not isinstance(sli, dict) or not sli.get("http"):
-        raise GamedayError('sli must be a mapping with an "http" URL, e.g. '
-                           '{"http": "${service_url}/predict"}')
-    unknown = sorted(set(sli) - set(_SLI_KEYS))
-    if unknown:
-        raise GamedayError(f"sli has unknown key {unknown[0]!r} (known: {', '.join(_SLI_KEYS)})")
-    return build_request(
-        str(sli["http"]), method=sli.get("method"), json_body=sli.get("json_body"),
-        predict_rows=int(sli.get("predict_rows", 1)),
-        predict_cols=int(sli.get("predict_cols", 16)), seed=int(sli.get("seed", 0)),
-        timeout_s=float(sli.get("timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
-        headers=sli.get("headers"), where="sli.http")
+def measure_recovery(sli: dict[str, Any] | None = None, stable_for_s: float = 3.0,
+                     interval_s: float = 0.1, timeout_s: float = 60.0,
+                     slo_s: float | None = None, expect_outage: bool = False,
+                     detect: dict[str, Any] | None = None, detect_slo_s: float | None = None,
+                     recover_slo_s: float | None = None) -> dict[str, Any]:
+    """Measure time to detect, time to recover and the recovery time (RTO) after a fault.
 
+    The SLI timeline comes from the run's recorder when ``sli`` is omitted (give the
+    ``gameday`` control an ``sli`` argument: it then samples from before the method to
+    the end of the run), else from a recorder this probe runs while it waits. ``sli``
+    (see ``verifiers.sli``): ``{"http": URL}`` is OK when the URL answers 2xx within the
+    mapping's ``timeout_s`` (default 1 s), sampled every ``interval_s``; a ``promql``
+    expression may be added (OK while it returns a non-empty, non-zero result).
 
-def measure_recovery(sli: dict[str, Any], stable_for_s: float = 3.0, interval_s: float = 0.1,
-                     timeout_s: float = 60.0, slo_s: float | None = None,
-                     expect_outage: bool = False) -> dict[str, Any]:
-    """Measure the recovery time (RTO) of a service-level indicator after the fault onset.
+    The onset is when the run's most recent fault was applied (the agent's
+    ``applied_at``). ``detected_at`` is the first failing SLI sample after it (None if
+    the SLI never failed); ``recovered_at`` is the first OK sample of the run of OK
+    samples that lasted ``stable_for_s``; ``rto_s = recovered_at - onset``, at most
+    ``timeout_s`` of waiting. If the SLI never failed, ``recovered_at`` is the first
+    sample after the onset (``rto_s`` is then an upper bound); with ``expect_outage:
+    true`` the SLI must fail at least once before it can recover.
 
-    ``sli`` says what to sample: ``{"http": URL}`` is OK when the URL answers 2xx within
-    ``timeout_s`` of the sli mapping (default 1 s). A URL whose path ends in ``/predict``
-    is POSTed ``{"inputs": [...]}`` with ``predict_rows`` (default 1) golden rows of
-    ``predict_cols`` (default 16) values; other URLs are fetched with GET. The mapping may
-    also set ``method``, ``json_body``, ``seed`` and ``headers``.
+    Time to detect comes from the system's own signal, ``detect``: ``{"placement":
+    "lab" | URL}`` (the controller's first ``alert_firing``/``gpu_cordoned`` event after
+    the onset, from its event log), ``{"promql": EXPR}`` (the first instant after the
+    onset at which EXPR is non-empty and non-zero, e.g. ``ALERTS{alertstate="firing"}``),
+    or ``{}`` for none; by default the target's placement events when it has a
+    placement URL. ``time_to_detect_s = system_detected_at - onset`` and
+    ``time_to_recover_s = recovered_at - system_detected_at``.
 
-    The SLI is sampled every ``interval_s`` seconds, for at most ``timeout_s`` seconds.
-    The onset is when the run's most recent fault was applied (the agent's ``applied_at``).
-    ``detected_at`` is the first failing sample (None if the SLI never failed);
-    ``recovered_at`` is the first OK sample of the run of OK samples that lasted
-    ``stable_for_s``; ``rto_s = recovered_at - onset``. Samples taken before the onset
-    are kept on the timeline but count for neither. If the SLI never failed,
-    ``recovered_at`` is the first sample, so ``rto_s`` is an upper bound. With
-    ``expect_outage: true`` the SLI must fail at least once before it can recover.
-    The objective is ``slo_s``, by default the experiment's ``slo.rto_s``; without one,
-    ``met`` is null and only recovery within ``timeout_s`` is required.
-
-    Returns ``{"onset", "detected_at", "recovered_at", "rto_s", "slo_s", "met", "samples",
-    "failures"}`` (times are Unix epoch seconds). Raises ``ActivityFailed``, e.g.
-    ``rto 23.4 s > slo 20 s (missed by 3.4 s)`` or ``not recovered within timeout 60 s``.
-    The session result also holds the sample timeline as ``[t, ok]`` transitions.
+    Objectives: ``slo_s`` for the RTO (default: the experiment's ``slo.rto_s``),
+    ``detect_slo_s`` and ``recover_slo_s``; each ``met`` is null without its objective.
+    Returns ``{"onset", "detected_at", "recovered_at", "rto_s", "slo_s", "met",
+    "samples", "failures", "system_detected_at", "time_to_detect_s", "detect_signal",
+    "detect_slo_s", "detect_met", "time_to_recover_s", "recover_slo_s", "recover_met"}``
+    (times are Unix epoch seconds). Raises ``ActivityFailed`` with one line, e.g.
+    ``rto 23.4 s > slo 20 s (missed by 3.4 s)``, ``time to detect 9.1 s > slo 8 s (missed
+    by 1.1 s)`` or ``not recovered within timeout 60 s (...)``.
     """
     verifier = "rto.measure_recovery"
     session = current()
@@ -174,24 +183,42 @@ def measure_recovery(sli: dict[str, Any], stable_for_s: float = 3.0, interval_s:
     measurement: dict[str, Any] = {"sli": sli, "stable_for_s": stable_for_s,
                                    "interval_s": interval_s, "timeout_s": timeout_s,
                                    "slo_s": slo}
+    recorder = session.recorder
+    own = False
     try:
         if stable_for_s < 0 or interval_s <= 0 or timeout_s <= 0:
             raise GamedayError(f"need stable_for_s >= 0, interval_s > 0 and timeout_s > 0, "
                                f"got {stable_for_s}, {interval_s}, {timeout_s}")
-        request = _sli_request(sli)
+        signal = detection_signal(detect, session)
+        if sli is not None:
+            spec = dict(sli)
+            spec.setdefault("interval_s", interval_s)
+            recorder, own = recorder_for(spec, session.clock), True
+        elif recorder is None:
+            raise GamedayError("no sli given and no recorder runs: pass sli, e.g. "
+                               '{"http": "${service_url}/predict"}, or give the gameday '
+                               "control an sli argument")
     except (GamedayError, TypeError, ValueError) as exc:
         fail(verifier, f"measure_recovery: {exc}", measurement)
     onset = session.fault_onset()
     if onset is None:
         fail(verifier, "measure_recovery needs a fault onset: no fault was applied in this "
                        "session", measurement)
-    measurement["sli"] = request.describe()
+    measurement["sli"] = " and ".join(channel.describe for channel in recorder.channels)
+    measurement["recorder"] = "own" if own else "run"
     tracker = RecoveryTracker(onset=onset, stable_for_s=stable_for_s,
                               expect_outage=expect_outage)
-    return measure_with(_http_sampler(request), tracker, session.clock, verifier=verifier,
-                        measurement=measurement, interval_s=interval_s, timeout_s=timeout_s,
-                        slo_s=slo)
-
+    if own:
+        recorder.start()
+    try:
+        follow_recorder(recorder, tracker, session.clock, interval_s=interval_s,
+                        timeout_s=timeout_s)
+    finally:
+        if own:
+            recorder.stop()
+    return conclude(tracker, verifier=verifier, measurement=measurement, timeout_s=timeout_s,
+                    slo_s=slo, signal=signal, detect_slo_s=detect_slo_s,
+                    recover_slo_s=recover_slo_s)
 
 def _seconds(value: float, other: float | None = None) -> str:
     """``value`` with one decimal, or three where one would hide the difference."""
@@ -204,21 +231,58 @@ def _seconds(value: float, other: float | None = None) -> str:
 def measure_with(sampler: Sampler, tracker: RecoveryTracker, clock: Clock, *, verifier: str,
                  measurement: dict[str, Any], interval_s: float, timeout_s: float,
                  slo_s: float | None) -> dict[str, Any]:
-    """Track recovery with ``sampler``, record the verdict and return the measurement."""
+    """Track recovery with ``sampler`` (synchronously), record the verdict, return it."""
     track_recovery(sampler, tracker, clock, interval_s=interval_s, timeout_s=timeout_s)
+    return conclude(tracker, verifier=verifier, measurement=measurement, timeout_s=timeout_s,
+                    slo_s=slo_s)
+
+
+def _objective(name: str, value: float | None, slo: float | None) -> tuple[bool | None, str]:
+    """Whether ``value`` met ``slo`` and, when not, the one-line reason."""
+    if slo is None:
+        return None, ""
+    if value is None:
+        return False, f"{name}: no measurement (slo {slo:g} s)"
+    if value <= slo:
+        return True, ""
+    return False, (f"{name} {_seconds(value, slo)} s > slo {slo:g} s (missed by "
+                   f"{_seconds(value - slo)} s)")
+
+
+def conclude(tracker: RecoveryTracker, *, verifier: str, measurement: dict[str, Any],
+             timeout_s: float, slo_s: float | None, signal: DetectionSignal | None = None,
+             detect_slo_s: float | None = None,
+             recover_slo_s: float | None = None) -> dict[str, Any]:
+    """Turn a tracker (and the system's detection signal) into the recorded verdict."""
     recovered_at = tracker.recovered_at
     rto = None if recovered_at is None else round(max(0.0, recovered_at - tracker.onset), 3)
     met = None if rto is None or slo_s is None else rto <= slo_s
+    detection = signal.first_after(tracker.onset) if signal is not None else None
+    detected = detection.t if detection is not None else None
+    to_detect = None if detected is None else round(max(0.0, detected - tracker.onset), 3)
+    to_recover = (None if detected is None or recovered_at is None
+                  else round(recovered_at - detected, 3))
+    detect_met, detect_miss = _objective("time to detect", to_detect, detect_slo_s)
+    recover_met, recover_miss = _objective("time to recover", to_recover, recover_slo_s)
     result: dict[str, Any] = {
         "onset": tracker.onset, "detected_at": tracker.detected_at,
         "recovered_at": recovered_at, "rto_s": rto, "slo_s": slo_s, "met": met,
-        "samples": tracker.samples, "failures": tracker.failures}
+        "samples": tracker.samples, "failures": tracker.failures,
+        "system_detected_at": detected, "time_to_detect_s": to_detect,
+        "detect_signal": None if detection is None else detection.what,
+        "detect_source": None if signal is None else signal.describe(),
+        "detect_slo_s": detect_slo_s, "detect_met": detect_met,
+        "time_to_recover_s": to_recover, "recover_slo_s": recover_slo_s,
+        "recover_met": recover_met}
     measurement.update(result, first_sample_at=tracker.first_sample_at,
                        timeline=tracker.timeline(), last_error=tracker.last_error)
     session = current()
-    if tracker.detected_at is not None:
+    if tracker.detected_at is not None and measurement.get("recorder") != "run":
+        # (the run's recorder already put every change of the SLI on the timeline)
         session.event("sli_down", at=tracker.detected_at, sli=measurement.get("sli"),
                       error=tracker.last_error)
+    if detection is not None:
+        session.event("detected", at=detection.t, signal=detection.what)
     if recovered_at is None:
         if tracker.stable_since is not None and tracker.expect_outage and \
                 tracker.detected_at is None:
@@ -233,12 +297,21 @@ def measure_with(sampler: Sampler, tracker: RecoveryTracker, clock: Clock, *, ve
              measurement)
     session.event("sli_recovered", at=recovered_at, sli=measurement.get("sli"), rto_s=rto)
     assert rto is not None
+    misses = []
     if met is False:
         assert slo_s is not None
-        fail(verifier, f"rto {_seconds(rto, slo_s)} s > slo {slo_s:g} s (missed by "
-                       f"{_seconds(rto - slo_s)} s)", measurement)
+        misses.append(f"rto {_seconds(rto, slo_s)} s > slo {slo_s:g} s (missed by "
+                      f"{_seconds(rto - slo_s)} s)")
+    misses += [miss for miss in (detect_miss, recover_miss) if miss]
+    if misses:
+        more = f" (and {len(misses) - 1} more missed)" if len(misses) > 1 else ""
+        fail(verifier, misses[0] + more, measurement)
     reason = (f"rto {_seconds(rto, slo_s)} s <= slo {slo_s:g} s" if slo_s is not None
               else f"rto {_seconds(rto)} s (no slo)")
+    if to_detect is not None:
+        reason += f"; detected in {_seconds(to_detect)} s"
+        if to_recover is not None:
+            reason += f", recovered {_seconds(to_recover)} s after detection"
     if tracker.detected_at is None:
         reason += "; the SLI never failed"
     record(verifier, True, measurement, reason)

@@ -131,6 +131,11 @@ class NodeLayout:
     gpus: int
     exporter_port: int
     agent_port: int
+    link_port: int = 0  # the node's link (gameday.lab.link); 0: none
+
+    @property
+    def link_address(self) -> str:
+        return f"127.0.0.1:{self.link_port}"
 
     @property
     def exporter_url(self) -> str:
@@ -151,6 +156,7 @@ class LabLayout:
     router_port: int
     controller_port: int
     nodes: tuple[NodeLayout, ...]
+    trainer_port: int = 0
 
     @property
     def prometheus_url(self) -> str:
@@ -164,18 +170,23 @@ class LabLayout:
     def controller_url(self) -> str:
         return f"http://127.0.0.1:{self.controller_port}"
 
+    @property
+    def trainer_url(self) -> str:
+        return f"http://127.0.0.1:{self.trainer_port}"
+
     @classmethod
     def plan(cls, root: Path, shape: Shape) -> "LabLayout":
         """Pick free loopback ports for a lab of ``shape`` in ``root``."""
-        ports = free_ports(3 + 2 * shape.nodes)
+        ports = free_ports(4 + 3 * shape.nodes)
         nodes = tuple(NodeLayout(node_name(i), shape.gpus_per_node, ports[3 + 2 * i],
-                                 ports[4 + 2 * i]) for i in range(shape.nodes))
-        return cls(root, shape, ports[0], ports[1], ports[2], nodes)
+                                 ports[4 + 2 * i], ports[3 + 2 * shape.nodes + i])
+                      for i in range(shape.nodes))
+        return cls(root, shape, ports[0], ports[1], ports[2], nodes, trainer_port=ports[-1])
 
     def to_json(self) -> dict[str, Any]:
         return {"dir": str(self.dir), "shape": self.shape.to_json(),
                 "prometheus_port": self.prometheus_port, "router_port": self.router_port,
-                "controller_port": self.controller_port,
+                "controller_port": self.controller_port, "trainer_port": self.trainer_port,
                 "nodes": [asdict(n) for n in self.nodes]}
 
     @classmethod
@@ -183,7 +194,8 @@ class LabLayout:
         return cls(Path(data["dir"]), Shape.from_json(data["shape"]),
                    int(data["prometheus_port"]), int(data["router_port"]),
                    int(data["controller_port"]),
-                   tuple(NodeLayout(**n) for n in data["nodes"]))
+                   tuple(NodeLayout(**n) for n in data["nodes"]),
+                   trainer_port=int(data.get("trainer_port", 0)))
 
     def save(self, path: Path) -> None:
         write_json_atomic(path, self.to_json())

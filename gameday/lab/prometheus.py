@@ -1,9 +1,11 @@
 """The lab's Prometheus: its configuration, alert rules, command line and readiness.
 
 Scrape and rule evaluation every second; static targets: each node's dcgm-style
-exporter (job ``dcgm``), each agent (``gameday-agent``), the router and the controller.
+exporter (job ``dcgm``), each agent (``gameday-agent``), the router, the controller and
+the trainer (``gameday-trainer``).
 Rules (``for: 0s``) keep the series' labels (``Hostname``, ``gpu``, ``UUID``, ...):
-``GpuDoubleBitEcc`` and ``GpuCriticalXid`` are critical, ``GpuSingleBitEcc`` a warning.
+``GpuDoubleBitEcc``, ``GpuCriticalXid``, ``GpuFellOffBus`` and ``GpuThermalThrottle``
+(``for: 2s``) are critical, ``GpuSingleBitEcc`` a warning.
 """
 
 import os
@@ -55,6 +57,23 @@ ALERT_RULES: Final[tuple[dict[str, Any], ...]] = (
      "labels": {"severity": "warning"},
      "annotations": {"summary": "single-bit ECC errors on {{ $labels.Hostname }}/gpu"
                                 "{{ $labels.gpu }} ({{ $value }} since reset)"}},
+    # A GPU exported in the last 10 minutes by an exporter that is up, but not now.
+    {"alert": "GpuFellOffBus",
+     "expr": 'last_over_time(DCGM_FI_DEV_GPU_TEMP[10m]) unless on(Hostname, gpu) '
+             'DCGM_FI_DEV_GPU_TEMP and on(instance) (up{job="dcgm"} == 1)',
+     "for": "0s",
+     "labels": {"severity": "critical"},
+     "annotations": {"summary": "{{ $labels.Hostname }}/gpu{{ $labels.gpu }} is gone from "
+                                "its exporter (fell off the bus?)"}},
+    # Clocks-event reason bits 0x20 (sw thermal) or 0x40 (hw thermal), held for 2 s: in
+    # tensor parallelism one slow GPU slows every request, so the controller drains it.
+    {"alert": "GpuThermalThrottle",
+     "expr": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS and "
+             "floor(DCGM_FI_DEV_CLOCKS_EVENT_REASONS / 32) % 4 > 0",
+     "for": "2s",
+     "labels": {"severity": "critical"},
+     "annotations": {"summary": "{{ $labels.Hostname }}/gpu{{ $labels.gpu }} thermal "
+                                "slowdown (clocks-event reasons {{ $value }})"}},
 )
 
 _INSTALL_HINT: Final = "apt-get install --no-install-recommends prometheus"
@@ -91,6 +110,7 @@ def prometheus_config(layout: LabLayout, rules_file: Path) -> dict[str, Any]:
             job("gameday-agent", [f"127.0.0.1:{n.agent_port}" for n in layout.nodes]),
             job("gameday-router", [f"127.0.0.1:{layout.router_port}"]),
             job("gameday-controller", [f"127.0.0.1:{layout.controller_port}"]),
+            job("gameday-trainer", [f"127.0.0.1:{layout.trainer_port}"]),
         ],
     }
 
@@ -150,4 +170,4 @@ def targets_health(prometheus_url: str, *, timeout: float = 1.0) -> TargetsHealt
 
 
 def expected_targets(layout: LabLayout) -> int:
-    return 2 * len(layout.nodes) + 2
+    return 2 * len(layout.nodes) + 3

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.lab
 
 LAB_JSON_KEYS = {"version", "dir", "status", "supervisor_pid", "pgid", "started_at",
                  "ready_at", "shape", "token_file", "service_url", "prometheus_url",
-                 "controller_url", "placement_url", "nodes", "processes"}
+                 "controller_url", "placement_url", "trainer_url", "nodes", "processes"}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,8 @@ def test_lab_json_follows_the_contract(lab_dir: Path) -> None:
     assert [n["name"] for n in info["nodes"]] == ["node-0", "node-1"]
     assert all(n["exporter_url"].endswith("/metrics") for n in info["nodes"])
     assert sorted(p["role"] for p in info["processes"]) == [
-        "controller", "node", "node", "prometheus", "router", "supervisor"]
+        "controller", "node", "node", "prometheus", "router", "storage", "supervisor",
+        "trainer"]
     assert info["started_at"] < info["ready_at"]
     token = Path(info["token_file"])
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
@@ -76,10 +77,10 @@ def test_status_shows_every_process_alive_and_every_shard_serving(info: dict[str
     shards = info["placement"]["shards"]
     assert [s["status"] for s in shards] == ["serving"] * 6
     assert len({(s["node"], s["gpu"]) for s in shards}) == 6
-    assert info["prometheus_targets"] == {"total": 6, "up": 6, "down": []}
+    assert info["prometheus_targets"] == {"total": 7, "up": 7, "down": []}
     text = lab.format_status(info)
     assert text.splitlines()[0].startswith(f"lab in {info['dir']}: ready (2x4/6)")
-    assert "targets 6/6 up" in text and "none active" in text
+    assert "targets 7/7 up" in text and "none active" in text
 
 
 def test_prometheus_scrapes_dcgm_metrics_with_their_labels(info: dict[str, Any]) -> None:
@@ -178,7 +179,7 @@ def test_a_second_up_reuses_the_lab_and_another_shape_is_refused(lab_dir: Path) 
 def test_down_leaves_no_process_port_or_lock(lab_dir: Path) -> None:
     info = lab.up(lab_dir)
     pids, ports = lab_footprint(info)
-    assert len(pids) == 12 and os.getpid() not in pids
+    assert len(pids) == 14 and os.getpid() not in pids  # 6 shards + 8 (FUSE, trainer incl.)
     lab.down(lab_dir)
     assert_nothing_left(info, pids, ports)
     with pytest.raises(LabError, match="no lab runs in"):

@@ -112,7 +112,7 @@ def test_endpoint_errors_fail_in_one_line(session: Session, model: ModelServer) 
     url = f"http://127.0.0.1:{free_port()}/predict"
     with pytest.raises(ActivityFailed, match=f"^POST {url} failed: .*refused"):
         matches_golden(url)
-    with pytest.raises(ActivityFailed, match="without an \"outputs\" list"):
+    with pytest.raises(ActivityFailed, match=r"no 'outputs' in the answer \(keys: ok\)"):
         matches_golden(f"{model.url}/healthz")
     assert [r.passed for r in session.results] == [False, False, False]
 
@@ -123,3 +123,54 @@ def test_unknown_golden_is_refused(session: Session, model: ModelServer) -> None
     assert str(caught.value) == ("golden 'cpature' is neither 'capture', a sha256 hex digest "
                                  "nor an existing file")
     assert model.requests == []
+
+
+# -- any HTTP JSON model endpoint: request templates and output selectors -----------------
+
+V2_REQUEST = {"inputs": [{"name": "x", "shape": "$shape", "datatype": "FP64",
+                          "data": "$inputs_flat"}]}
+
+
+def test_tf_serving_and_kserve_v2_protocols_hash_like_the_native_one(
+        session: Session, model: ModelServer) -> None:
+    """The same model behind three protocols gives one digest."""
+    native = verify_predictions(f"{model.url}/predict", rows=4)
+    v1 = verify_predictions(f"{model.url}/v1/models/mlp:predict", rows=4,
+                            request={"instances": "$inputs"}, outputs="predictions")
+    v2 = verify_predictions(f"{model.url}/v2/models/mlp/infer", rows=4, request=V2_REQUEST,
+                            outputs="outputs.0.data", outputs_shape="outputs.0.shape")
+    assert native["digest"] == v1["digest"] == v2["digest"]
+    assert v2["shape"] == [4, 8] and v2["request"] == V2_REQUEST
+    model.corrupt = (9, 1e-3)
+    with pytest.raises(ActivityFailed, match=r"first difference at output index 9, max abs "
+                                             r"error 0\.001\)$"):
+        verify_predictions(f"{model.url}/v2/models/mlp/infer", rows=4, request=V2_REQUEST,
+                           outputs="outputs.0.data", outputs_shape="outputs.0.shape")
+
+
+def test_float32_encoding_ignores_noise_below_float32_and_hashes_differently(
+        session: Session, model: ModelServer) -> None:
+    endpoint = f"{model.url}/predict"
+    exact = verify_predictions(endpoint, rows=2)
+    as32 = verify_predictions(endpoint, rows=2, dtype="float32")
+    assert as32["digest"] != exact["digest"]  # the dtype is in the digest
+    model.noise = 1e-12  # far below float32 resolution at these magnitudes
+    assert verify_predictions(endpoint, rows=2, dtype="float32")["matched"] is True
+    with pytest.raises(ActivityFailed, match="prediction hash mismatch"):
+        verify_predictions(endpoint, rows=2)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"request": {"instances": "$input"}}, "request template: unknown placeholder '$input'"),
+    ({"request": {"instances": [1, 2]}}, 'request template has no "$inputs"'),
+    ({"outputs": "predictions.0"}, "output selector 'predictions.0': no 'predictions' in the "
+                                   "answer (keys: outputs)"),
+    ({"outputs": "outputs", "outputs_shape": "$"}, "do not fit shape"),
+    ({"dtype": "int8"}, "dtype must be one of float64, float32, float16"),
+])
+def test_bad_templates_and_selectors_fail_in_one_line(
+        session: Session, model: ModelServer, arguments: dict[str, object],
+        message: str) -> None:
+    with pytest.raises(ActivityFailed) as caught:
+        verify_predictions(f"{model.url}/predict", rows=2, **arguments)  # type: ignore[arg-type]
+    assert message in str(caught.value) and "\n" not in str(caught.value)

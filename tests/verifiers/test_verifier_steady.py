@@ -1,11 +1,9 @@
 """verifiers.steady against real HTTP servers and a real Prometheus (Debian package)."""
 
-from collections.abc import Iterator
 
 import pytest
 from chaoslib.exceptions import ActivityFailed
 from verifier_helpers import (
-    PROMETHEUS,
     ModelServer,
     PrometheusUnderTest,
     free_port,
@@ -90,16 +88,7 @@ def test_bad_arguments_fail_as_activity_failures(session: Session) -> None:
 # -- Prometheus --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def prometheus() -> Iterator[PrometheusUnderTest]:
-    if not __import__("os").path.exists(PROMETHEUS):
-        pytest.skip(f"{PROMETHEUS} is not installed (apt-get install prometheus)")
-    server = PrometheusUnderTest()
-    try:
-        server.wait_scraped()
-        yield server
-    finally:
-        server.close()
+# the ``prometheus`` fixture (one real Prometheus for the package) is in conftest.py
 
 
 def test_every_series_within_bounds_passes(session: Session,

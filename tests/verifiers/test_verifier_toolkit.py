@@ -63,6 +63,7 @@ def test_discovery_lists_every_verifier() -> None:
     assert names == {
         ("verifiers.steady", "http_latency_ok"), ("verifiers.steady", "prometheus_query_ok"),
         ("verifiers.rto", "measure_recovery"),
+        ("verifiers.rpo", "checkpoint_loss"), ("verifiers.rpo", "stream_loss"),
         ("verifiers.prediction_hash", "matches_golden"),
         ("verifiers.prediction_hash", "verify_predictions"),
         ("verifiers.prediction_hash", "save_golden"),

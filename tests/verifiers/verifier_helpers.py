@@ -1,8 +1,9 @@
 """Helpers for the verifier tests: a run session with a recorded fault, and real HTTP
 servers on 127.0.0.1 (not the lab).
 
-- :class:`ModelServer`: a small deterministic numpy MLP behind ``POST /predict``, which can
-  be broken (503), slowed, made to fail for a wall-clock window, or to corrupt one output;
+- :class:`ModelServer`: a small deterministic numpy MLP behind ``POST /predict`` (and the
+  TF Serving / KServe v1 and KServe v2 protocols), which can be broken (503), slowed,
+  made to fail for a wall-clock window, or to corrupt one output;
 - :class:`PlacementServer`: a JSON placement endpoint whose document follows a timeline;
 - :class:`PrometheusUnderTest`: a real Prometheus scraping a prometheus_client exporter.
 """
@@ -145,11 +146,22 @@ class ModelServer(_JsonServer):
         if path == "/healthz":
             self.requests.append((method, None))
             return 200, {"ok": True}
-        if path != "/predict":
+        styles = {"/predict": "gameday", "/v1/models/mlp:predict": "v1",
+                  "/v2/models/mlp/infer": "v2"}
+        style = styles.get(path)
+        if style is None:
             return 404, {"error": f"no route {path}"}
         if method != "POST":
-            return 405, {"error": "POST /predict"}
-        inputs = json.loads(body)["inputs"]
+            return 405, {"error": f"POST {path}"}
+        request = json.loads(body)
+        if style == "v1":  # TF Serving / KServe v1: {"instances": rows}
+            inputs = request["instances"]
+        elif style == "v2":  # KServe v2 / Triton: flat data and a shape
+            tensor = request["inputs"][0]
+            inputs = np.asarray(tensor["data"], dtype=np.float64).reshape(
+                tensor["shape"]).tolist()
+        else:
+            inputs = request["inputs"]
         self.requests.append((method, len(inputs)))
         window = self.fail_window
         if self.broken or (window is not None and window[0] <= now < window[1]):
@@ -161,6 +173,12 @@ class ModelServer(_JsonServer):
             flat = outputs.ravel()
             flat[self.corrupt[0]] += self.corrupt[1]
             outputs = flat.reshape(outputs.shape)
+        if style == "v1":
+            return 200, {"predictions": outputs.tolist()}
+        if style == "v2":
+            return 200, {"model_name": "mlp", "outputs": [
+                {"name": "y", "shape": list(outputs.shape), "datatype": "FP64",
+                 "data": outputs.ravel().tolist()}]}
         return 200, {"outputs": outputs.tolist()}
 
 

@@ -1,0 +1,196 @@
+"""verifiers.rpo: the loss arithmetic on hand-made series, and both measures against a
+real Prometheus scraping a prometheus_client exporter run by the test (not the lab): a
+stand-in training job that checkpoints and restarts, and Kafka-style stream offsets."""
+
+import threading
+import time
+
+import pytest
+from chaoslib.exceptions import ActivityFailed
+from prometheus_client import Gauge
+from verifier_helpers import PrometheusUnderTest, new_session, only_result, record_fault
+
+from gameday.session import deactivate
+from verifiers._promql import PromQL, PromQLError, Series
+from verifiers.rpo import assess_checkpoint_loss, checkpoint_loss, find_restart, stream_loss
+
+
+def series(*samples: tuple[float, float]) -> Series:
+    return Series({}, tuple(samples))
+
+
+def test_loss_is_progress_before_the_drop_minus_the_resumed_step() -> None:
+    progress = series((0, 0), (1, 4), (2, 8), (3, 12), (4, 16), (5, 20), (7, 11), (8, 15))
+    durable = series((0, 0), (3, 10), (5, 10), (7, 10))
+    resumed = series((7, 10), (8, 10))
+    loss = assess_checkpoint_loss(progress, durable, resumed, onset=5.5, gap_s=1.5)
+    assert loss is not None
+    assert (loss.progress_at_fault, loss.resumed_from, loss.lost_steps) == (20, 10, 10)
+    assert loss.restarted_at == 7 and loss.progress_seen_at == 5
+    assert loss.steps_per_s == 4 and loss.lost_s == 2.5
+    assert loss.durable_at_fault == 10 and loss.resumed_behind_durable == 0
+
+
+def test_without_a_resumed_series_the_first_value_after_the_restart_counts() -> None:
+    progress = series((0, 0), (1, 4), (2, 8), (3.1, 6))
+    loss = assess_checkpoint_loss(progress, None, None, onset=2.5, gap_s=1.5)
+    assert loss is not None and loss.resumed_from == 6 and loss.lost_steps == 2
+
+
+def test_a_gap_is_a_restart_even_when_nothing_was_lost() -> None:
+    progress = series((0, 0), (1, 10), (2, 10), (5, 10), (6, 14))
+    assert find_restart(progress, onset=1.5, gap_s=1.5) == 3
+    loss = assess_checkpoint_loss(progress, None, None, onset=1.5, gap_s=1.5)
+    assert loss is not None and loss.lost_steps == 0
+
+
+def test_no_restart_yet_and_restarts_before_the_onset_are_ignored() -> None:
+    progress = series((0, 5), (1, 2), (2, 6), (3, 10))
+    assert find_restart(progress, onset=1.5, gap_s=1.5) is None
+    assert assess_checkpoint_loss(progress, None, None, onset=1.5, gap_s=1.5) is None
+
+
+def test_resuming_behind_the_last_durable_checkpoint_is_noted() -> None:
+    progress = series((0, 0), (1, 20), (2, 30), (3, 5))
+    durable = series((0, 0), (1, 20), (2, 20))
+    loss = assess_checkpoint_loss(progress, durable, None, onset=2.5, gap_s=1.5)
+    assert loss is not None and loss.resumed_behind_durable == 15 and loss.lost_steps == 25
+
+
+class StandInJob:
+    """A stand-in training job: steps at 20/s, a durable checkpoint every 10 steps,
+    exported through prometheus_client; ``crash()`` restarts it from its checkpoint."""
+
+    def __init__(self, prometheus: PrometheusUnderTest) -> None:
+        registry = prometheus.registry
+        self.step_gauge = Gauge("job_step", "step", registry=registry)
+        self.durable_gauge = Gauge("job_checkpoint_step", "durable step", registry=registry)
+        self.resumed_gauge = Gauge("job_resumed_from_step", "resumed from", registry=registry)
+        self.step = 0
+        self.durable = 0
+        self.stalled = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            with self._lock:
+                self.step += 1
+                if self.step % 10 == 0 and not self.stalled:
+                    self.durable = self.step
+                self.step_gauge.set(self.step)
+                self.durable_gauge.set(self.durable)
+
+    def crash(self) -> tuple[int, int]:
+        """Restart from the last durable checkpoint; return (progress, resumed)."""
+        with self._lock:
+            lost_at, self.step = self.step, self.durable
+            self.resumed_gauge.set(self.durable)
+            self.step_gauge.set(self.step)
+            return lost_at, self.durable
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def wait_for(prometheus: PrometheusUnderTest, query: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if prometheus.query(query):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{query} never returned anything")
+
+
+def test_checkpoint_loss_against_a_real_prometheus(prometheus: PrometheusUnderTest) -> None:
+    job = StandInJob(prometheus)
+    try:
+        wait_for(prometheus, "job_step > 20")
+        job.stalled = True  # the store stalls: no checkpoint becomes durable
+        time.sleep(1.5)
+        session = new_session()
+        record_fault(session, kind="process.kill")
+        progress, resumed = job.crash()
+        result = checkpoint_loss(progress="job_step", durable="job_checkpoint_step",
+                                 resumed="job_resumed_from_step",
+                                 prometheus_url=prometheus.url, slo_steps=200,
+                                 timeout_s=15, interval_s=0.3)
+        truth = progress - resumed
+        assert result["resumed_from"] == resumed and result["met"] is True
+        # Prometheus sees progress once a second: at most 1 s (20 steps) unseen
+        assert truth - 25 <= result["lost_steps"] <= truth
+        assert 8 <= result["steps_per_s"] <= 21  # 20/s at most: a 50 ms wait per step
+        assert result["lost_s"] == pytest.approx(result["lost_steps"] / result["steps_per_s"],
+                                                 abs=0.01)
+        recorded = only_result(session)
+        assert recorded.passed is True and recorded.reason.startswith(
+            f"rpo {result['lost_steps']:g} steps <= slo 200 steps")
+        deactivate()
+
+        session = new_session()  # the same loss against the experiment's slo.rpo_steps
+        session.extension = type(session.extension)(slo=type(session.extension.slo)(rpo_steps=5))
+        record_fault(session, kind="process.kill", applied_at=result["onset"])
+        with pytest.raises(ActivityFailed) as caught:
+            checkpoint_loss(progress="job_step", durable="job_checkpoint_step",
+                            resumed="job_resumed_from_step", prometheus_url=prometheus.url,
+                            timeout_s=5)
+        lost = result["lost_steps"]
+        assert str(caught.value).startswith(
+            f"rpo {lost:g} steps > slo 5 steps (missed by {lost - 5:g} steps; ")
+        assert only_result(session).passed is False
+    finally:
+        job.close()
+        deactivate()
+
+
+def test_checkpoint_loss_fails_in_one_line_when_no_restart_comes(
+        prometheus: PrometheusUnderTest) -> None:
+    session = new_session()
+    record_fault(session, kind="process.kill")
+    with pytest.raises(ActivityFailed, match=r"^job did not restart within timeout 1 s after "
+                                             r"the fault \(progress last 3, no restart seen\)"):
+        checkpoint_loss(progress='max(test_queue_depth{queue="a"})', durable=None,
+                        resumed=None, prometheus_url=prometheus.url, timeout_s=1,
+                        interval_s=0.2)
+    with pytest.raises(ActivityFailed, match=r"returned 2 series .*aggregate it to one"):
+        checkpoint_loss(progress="test_queue_depth", prometheus_url=prometheus.url,
+                        timeout_s=1)
+    deactivate()
+
+
+def test_stream_loss_against_a_real_prometheus(prometheus: PrometheusUnderTest) -> None:
+    accepted = Gauge("topic_log_end_offset", "accepted", ["partition"],
+                     registry=prometheus.registry)
+    committed = Gauge("group_committed_offset", "committed", ["partition"],
+                      registry=prometheus.registry)
+    for partition, offset in (("0", 100), ("1", 200)):
+        accepted.labels(partition=partition).set(offset)
+        committed.labels(partition=partition).set(offset - 40)
+    wait_for(prometheus, "group_committed_offset")
+    time.sleep(1.2)
+    session = new_session()
+    record_fault(session, kind="process.kill")
+    accepted.labels(partition="0").set(500)  # after the fault: not counted
+    committed.labels(partition="0").set(100)  # caught up
+    committed.labels(partition="1").set(170)  # 30 lost for good
+    with pytest.raises(ActivityFailed) as caught:
+        stream_loss(accepted="max by (partition) (topic_log_end_offset)",
+                    committed="max by (partition) (group_committed_offset)",
+                    prometheus_url=prometheus.url, slo_messages=0, settle_s=1.5,
+                    timeout_s=15, interval_s=0.3)
+    assert str(caught.value) == ('stream lost 30 messages > slo 0 (missed by 30; '
+                                 '{partition="1"} lost 30)')
+    result = only_result(session).measurement
+    assert [(s["series"], s["lost"]) for s in result["per_series"]] == [
+        ('{partition="0"}', 0), ('{partition="1"}', 30)]
+    deactivate()
+
+
+def test_promql_errors_are_one_line(prometheus: PrometheusUnderTest) -> None:
+    with pytest.raises(PromQLError, match=r"^query 'sum\(' failed at .*: HTTP 400: "):
+        PromQL(prometheus.url).instant("sum(")
+    with pytest.raises(PromQLError, match="cannot reach Prometheus"):
+        PromQL("http://127.0.0.1:9", timeout_s=0.5).instant("up")

@@ -1,6 +1,24 @@
-"""The verdict table printed at the end of ``gameday run``."""
+"""The verdict tables printed at the end of ``gameday run`` and ``gameday play`` (rich).
 
-from typing import Any, TextIO
+On a terminal the tables are drawn with rich, colour-coded by verdict; into a pipe or
+a file the verdict table is the same rows as aligned plain text, so logs stay greppable.
+"""
+
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from gameday.play import PlaybookRun
+
+PIPE_WIDTH = 240
+_STYLES = {"PASS": "green", "PASSED": "bold green", "ok": "green", "FAIL": "red",
+           "FAILED": "bold red", "ACTIVE": "bold red", "INTERRUPTED": "bold yellow",
+           "info": "dim", "passed": "green", "failed": "red", "error": "bold red",
+           "skipped": "dim", "interrupted": "bold yellow"}
 
 
 def _fmt_time(t: float | None, origin: float | None) -> str:
@@ -54,11 +72,59 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def console_for(out: TextIO) -> Console:
+    """A rich console on ``out``: live width on a terminal, wide and plain in a pipe."""
+    terminal = out.isatty() if hasattr(out, "isatty") else False
+    return Console(file=out, highlight=False, width=None if terminal else PIPE_WIDTH,
+                   no_color=not terminal, force_terminal=terminal)
+
+
+def _verdict_cell(verdict: str) -> str:
+    style = _STYLES.get(verdict)
+    return f"[{style}]{verdict}[/]" if style else verdict
+
+
 def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
+    """The run's verdict table: steady states, faults, verifiers, overall.
+
+    A rich table on a terminal; aligned plain columns (same rows) into a pipe or file.
+    """
     rows = verdict_table(journal)
-    width = max(len(r[0]) for r in rows)
-    print("", file=out)
-    print(f"{'check'.ljust(width)}  verdict  detail", file=out)
-    print(f"{'-' * width}  -------  ------", file=out)
+    if not (hasattr(out, "isatty") and out.isatty()):
+        width = max(len(r[0]) for r in rows)
+        print("", file=out)
+        print(f"{'check'.ljust(width)}  verdict  detail", file=out)
+        print(f"{'-' * width}  -------  ------", file=out)
+        for what, verdict, detail in rows:
+            print(f"{what.ljust(width)}  {verdict.ljust(7)}  {detail}", file=out)
+        return
+    table = Table("check", "verdict", "detail", box=box.SIMPLE_HEAD, pad_edge=False)
     for what, verdict, detail in rows:
-        print(f"{what.ljust(width)}  {verdict.ljust(7)}  {detail}", file=out)
+        table.add_row(Text(what), _verdict_cell(verdict), Text(detail))
+    console = console_for(out)
+    console.print()
+    console.print(table)
+
+
+def print_playbook(result: "PlaybookRun", console: Console) -> None:
+    """One row per experiment of a game day: expected vs actual, RTO, journal hash."""
+    from gameday.gate import projections
+
+    table = Table("experiment", "expect", "outcome", "as expected", "RTO", "journal sha256",
+                  title=f"playbook: {result.playbook.title}", box=box.SIMPLE_HEAD)
+    for run in result.runs:
+        summary = run.summary
+        rto = summary.rto_s if summary else None
+        table.add_row(Text(run.planned.name), run.planned.expect, _verdict_cell(run.outcome),
+                      "yes" if run.as_expected else "[bold red]NO[/]",
+                      "-" if rto is None else f"{rto:.2f} s",
+                      Text(summary.sha256[:16] if summary else (run.error[:60] or "-")))
+    console.print()
+    console.print(table)
+    worst, _ = projections(result.playbook, result.runs)
+    if worst is not None:
+        console.print(f"at scale: {worst.line()}", markup=False)
+    verdict = "PASSED" if result.exit_code == 0 else (
+        "INTERRUPTED" if result.interrupted_exit else "FAILED")
+    console.print(Text.assemble("game day: ", Text(verdict, style=_STYLES.get(verdict, "")),
+                                f" (exit {result.exit_code}); record {result.record_path}"))

@@ -1,0 +1,221 @@
+"""The facts reports, gates and coverage need from one journal, read once.
+
+A journal is the toolkit's journal plus the ``gameday`` section ``gameday run`` writes
+(faults, verifier results, timeline, verdict, extension). ``summarize`` reduces it to a
+``JournalSummary``; ``read_journal`` also hashes the exact bytes on disk, which is the
+evidence the coverage matrix and the gate cite.
+"""
+
+import datetime
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gameday.errors import InvalidInput
+
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class VerifierLine:
+    """One verifier result as the gate and the reports show it."""
+
+    name: str
+    verifier: str
+    passed: bool | None
+    reason: str
+
+
+@dataclass
+class JournalSummary:
+    """What one experiment run showed."""
+
+    path: str
+    sha256: str
+    title: str
+    experiment_file: str
+    fault: str
+    layer: str
+    passed: bool
+    status: str
+    exit_code: int
+    ended_at: float
+    reasons: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    rto_s: float | None = None
+    rto_slo_s: float | None = None
+    rpo_s: float | None = None
+    rpo_steps: float | None = None
+    detect_s: float | None = None
+    reshard_s: float | None = None
+    injected_at: tuple[str, ...] = ()
+    verifiers: list[VerifierLine] = field(default_factory=list)
+
+    @property
+    def scenario(self) -> str:
+        """What counts as one scenario in the coverage matrix: the experiment file."""
+        return self.experiment_file or self.title
+
+    @property
+    def ended_iso(self) -> str:
+        return datetime.datetime.fromtimestamp(self.ended_at, datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ") if self.ended_at else "-"
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            return 0.0
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=datetime.UTC)
+        return parsed.timestamp()
+    return 0.0
+
+
+def _layer_of(fault: str) -> str:
+    from faults.catalogue import CATALOGUE
+
+    kind = CATALOGUE.get(fault)
+    return kind.coverage_layer if kind is not None else UNKNOWN
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _worst(current: float | None, value: float | None) -> float | None:
+    if value is None:
+        return current
+    return value if current is None else max(current, value)
+
+
+# measurement key -> summary field; rpo.checkpoint_loss reports lost_s / lost_steps
+_MEASURES = (("rto_s", "rto_s"), ("rpo_s", "rpo_s"), ("lost_s", "rpo_s"),
+             ("rpo_steps", "rpo_steps"), ("lost_steps", "rpo_steps"),
+             ("time_to_detect_s", "detect_s"), ("time_to_reshard_s", "reshard_s"))
+
+
+def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> JournalSummary:
+    """Reduce a journal (already parsed) to its summary; raise InvalidInput if it is not one."""
+    gd = journal.get("gameday")
+    if not isinstance(gd, dict) or not isinstance(gd.get("verdict"), dict):
+        raise InvalidInput("not a gameday journal (no gameday.verdict section)", file=path or None)
+    extension = gd.get("extension") or {}
+    coverage = extension.get("coverage") or {}
+    faults = gd.get("faults") or []
+    fault = str(coverage.get("fault") or (faults[0].get("kind") if faults else "") or UNKNOWN)
+    layer = str(coverage.get("layer") or _layer_of(fault))
+    verdict = gd["verdict"]
+    experiment = journal.get("experiment") or {}
+    timeline = gd.get("timeline") or []
+    ended = _epoch(journal.get("end")) or max((float(e.get("t", 0)) for e in timeline),
+                                              default=0.0)
+    summary = JournalSummary(
+        path=path, sha256=sha256, title=str(experiment.get("title") or ""),
+        experiment_file=str(gd.get("experiment_file") or ""), fault=fault, layer=layer,
+        passed=bool(verdict.get("passed")), status=str(verdict.get("status") or ""),
+        exit_code=int(verdict.get("exit_code", 1)), ended_at=ended,
+        reasons=[str(r) for r in verdict.get("reasons") or []],
+        duration_s=float(_number(journal.get("duration")) or 0.0),
+        rto_slo_s=_number((extension.get("slo") or {}).get("rto_s")),
+        injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})))
+    for result in gd.get("verifiers") or []:
+        measurement = result.get("measurement") or {}
+        summary.verifiers.append(VerifierLine(
+            name=str(result.get("name") or result.get("verifier") or ""),
+            verifier=str(result.get("verifier") or ""), passed=result.get("passed"),
+            reason=str(result.get("reason") or "")))
+        for key, attribute in _MEASURES:
+            if key in measurement:
+                setattr(summary, attribute, _worst(getattr(summary, attribute),
+                                                   _number(measurement[key])))
+        if "rto_s" in measurement and measurement.get("slo_s") is not None:
+            summary.rto_slo_s = _number(measurement["slo_s"])
+    return summary
+
+
+def read_journal(path: Path) -> tuple[dict[str, Any], JournalSummary]:
+    """Read, hash and summarize one journal file."""
+    try:
+        data = path.read_bytes()
+        journal = json.loads(data)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read journal: {exc.strerror}", file=str(path)) from None
+    except ValueError as exc:
+        raise InvalidInput(f"not a JSON journal: {exc}", file=str(path)) from None
+    if not isinstance(journal, dict):
+        raise InvalidInput("not a gameday journal (not a JSON object)", file=str(path))
+    return journal, summarize(journal, path=str(path), sha256=hashlib.sha256(data).hexdigest())
+
+
+_DECODER = json.JSONDecoder()
+_TOP_LEVEL = ("duration", "end", "gameday")  # in the order sort_keys writes them
+
+
+def _top_level_sections(text: str) -> dict[str, Any] | None:
+    """The few top-level values a summary needs, decoded without the toolkit's sections.
+
+    Journals are written with sorted keys and two-space indentation (``journal.encode``),
+    so each top-level key starts a line ``\\n  "key": ``; decoding just those values
+    skips the large ``run``/``steady_states``/``experiment`` sections. Anything else
+    (a hand-edited or foreign journal) returns None and is parsed whole.
+    """
+    if not text.startswith("{\n  \""):
+        return None
+    sections: dict[str, Any] = {}
+    for key in _TOP_LEVEL:
+        marker = f'\n  "{key}": '
+        at = text.find(marker)
+        if at < 0:
+            continue
+        try:
+            sections[key], _ = _DECODER.raw_decode(text, at + len(marker))
+        except ValueError:
+            return None
+    marker = '\n  "experiment": {'
+    at = text.find(marker)
+    if at >= 0:
+        title = text.find('\n    "title": ', at)
+        end = text.find('\n  },', at)
+        if 0 <= title < end:
+            try:
+                value, _ = _DECODER.raw_decode(text, title + len('\n    "title": '))
+            except ValueError:
+                return None
+            sections["experiment"] = {"title": value}
+    return sections if "gameday" in sections else None
+
+
+def read_summary(path: Path) -> JournalSummary:
+    """Hash and summarize one journal file, decoding only what the summary needs."""
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read journal: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise InvalidInput("not a JSON journal (not UTF-8)", file=str(path)) from None
+    sha256 = hashlib.sha256(data).hexdigest()
+    sections = _top_level_sections(text)
+    if sections is None:
+        try:
+            sections = json.loads(text)
+        except ValueError as exc:
+            raise InvalidInput(f"not a JSON journal: {exc}", file=str(path)) from None
+        if not isinstance(sections, dict):
+            raise InvalidInput("not a gameday journal (not a JSON object)", file=str(path))
+    return summarize(sections, path=str(path), sha256=sha256)
+
+
+def is_journal_file(path: Path) -> bool:
+    """Journal files are ``*.json``, not hidden, and not a playbook run record."""
+    return (path.suffix == ".json" and not path.name.startswith(".")
+            and not path.name.endswith(".playbook.json"))

@@ -3,7 +3,7 @@
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
-DEBS      := prometheus prometheus-alertmanager fuse3 stress-ng iptables nftables
+DEBS      := prometheus prometheus-alertmanager fuse3 stress-ng iptables nftables chromium
 PYTHON    ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
 
 .PHONY: setup debs demo test bench lint clean
@@ -36,6 +36,14 @@ test: setup
 bench: setup
 	$(PY) bench/run_overhead.py
 	$(PY) bench/lab_startup.py
+	$(PY) bench/rto_accuracy.py
+	$(PY) bench/fanout.py
+	$(PY) bench/report_scale.py
+	$(PY) bench/net_link_overhead.py
+	$(PY) bench/fault_survival.py --trials 50
+	$(PY) bench/gpu_check.py
+	$(PY) bench/faultfs_overhead.py
+	$(PY) bench/injection_latency.py --trials 20
 
 lint: setup
 	$(VENV)/bin/ruff check gameday faults verifiers tests bench

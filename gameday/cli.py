@@ -32,12 +32,36 @@ def _parser() -> argparse.ArgumentParser:
                      help="resolve targets, check the blast radius, print the plan, inject nothing")
     run.add_argument("--lab-dir", type=Path, help="lab directory (default $GAMEDAY_LAB_DIR or "
                                                   ".gameday/lab)")
+    run.add_argument("--target-config", type=Path, metavar="FILE",
+                     help="allowlist and agents of the target (default $GAMEDAY_TARGET_CONFIG)")
+    run.add_argument("--sign-key", type=Path, metavar="KEY",
+                     help="sign the journal with this Ed25519 key (gameday audit keygen)")
+
+    cleanup = commands.add_parser("cleanup", help="revert every fault the ledger (and agents) "
+                                                  "still hold; safe to run twice")
+    cleanup.add_argument("--all-agents", action="store_true",
+                         help="also revert every active fault of every known agent")
+    cleanup.add_argument("--force", action="store_true",
+                         help="also revert faults of runs that are still alive")
+    cleanup.add_argument("--target-config", type=Path, metavar="FILE")
+
+    audit = commands.add_parser("audit", help="evidence: verify journals, make signing keys")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True,
+                                          metavar="verify|keygen")
+    verify = audit_commands.add_parser("verify", help="check the hash chain and signatures")
+    verify.add_argument("directory", type=Path)
+    verify.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                        help="require every journal to be signed by this key")
+    keygen = audit_commands.add_parser("keygen", help="write an Ed25519 key pair")
+    keygen.add_argument("key", type=Path, help="private key file (public key: KEY.pub)")
 
     validate = commands.add_parser("validate", help="validate experiments; inject nothing")
     validate.add_argument("experiments", type=Path, nargs="+")
 
     faults = commands.add_parser("faults", help="the fault catalogue")
     faults.add_argument("--json", action="store_true")
+    faults.add_argument("--markdown", action="store_true",
+                        help="the reference as in docs/faults.md")
 
     lab = commands.add_parser("lab", help="the embedded lab")
     lab_commands = lab.add_subparsers(dest="lab_command", required=True, metavar="up|status|down")
@@ -50,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     lab_commands.add_parser("down", help="stop the lab; leaves nothing behind")
     for sub in (up, status, lab_commands.choices["down"]):
         sub.add_argument("--dir", type=Path, help="lab directory")
+
+    from gameday.cli_reports import add_commands as add_report_commands
+
+    add_report_commands(commands)
 
     agent = commands.add_parser("agent", help="the node agent")
     agent_commands = agent.add_subparsers(dest="agent_command", required=True, metavar="serve")
@@ -66,9 +94,14 @@ def _cmd_validate(experiments: list[Path]) -> int:
     return 0
 
 
-def _cmd_faults(as_json: bool) -> int:
+def _cmd_faults(as_json: bool, as_markdown: bool = False) -> int:
     from faults.catalogue import CATALOGUE
 
+    if as_markdown:
+        from faults.reference import catalogue_markdown
+
+        print(catalogue_markdown())
+        return 0
     if as_json:
         print(json.dumps([kind.to_json() for kind in CATALOGUE.values()], indent=2))
         return 0
@@ -81,6 +114,33 @@ def _cmd_faults(as_json: bool) -> int:
             print(f"{'':<16}{param.name} ({param.to_json()['type']}, default "
                   f"{param.default!r}): {param.doc}")
     return 0
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from gameday import targetconfig
+    from gameday.cleanup import cleanup, print_report
+
+    config = targetconfig.from_environment(args.target_config)
+    report = cleanup(paths.ledger_path(), lab_dir=paths.lab_dir(), config=config,
+                     all_agents=args.all_agents, force=args.force)
+    print_report(report, sys.stdout)
+    return report.exit_code
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from gameday import audit, signing
+
+    if args.audit_command == "keygen":
+        public = signing.generate(args.key)
+        print(f"private key {args.key} (keep it secret), public key {public}")
+        return 0
+    trusted = signing.load_public(args.public_key) if args.public_key else None
+    if not args.directory.is_dir():
+        print(f"audit: FAILED: {args.directory} is not a directory")
+        return 1
+    result = audit.verify(args.directory, trusted)
+    print(result.line())
+    return 0 if result.ok else 1
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
@@ -117,16 +177,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             options = RunOptions(path=args.experiment, target=args.target,
                                  journal_path=args.journal_path,
-                                 variables=parse_vars(args.var), dry_run=args.dry_run)
+                                 variables=parse_vars(args.var), dry_run=args.dry_run,
+                                 target_config=args.target_config, sign_key=args.sign_key)
             if args.lab_dir:
                 options.lab_dir = args.lab_dir.absolute()
             return run_safely(options)
         if args.command == "validate":
             return _cmd_validate(args.experiments)
         if args.command == "faults":
-            return _cmd_faults(args.json)
+            return _cmd_faults(args.json, args.markdown)
         if args.command == "lab":
             return _cmd_lab(args)
+        if args.command in ("play", "gate", "schedule", "coverage", "report"):
+            from gameday.cli_reports import dispatch
+
+            return dispatch(args)
+        if args.command == "cleanup":
+            return _cmd_cleanup(args)
+        if args.command == "audit":
+            return _cmd_audit(args)
     except GamedayError as exc:
         print(f"gameday: {exc}", file=sys.stderr)
         return exc.exit_code

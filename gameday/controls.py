@@ -12,6 +12,9 @@ configuration (``${service_url}``, ``${prometheus_url}``, ``${placement_url}``),
 SIGTERM/SIGHUP to an interruption that rolls back, enforces activity timeouts, always
 reverts every fault in the ledger at the end, and marks the journal ``failed`` when the
 steady state before was unmet or a fault or verifier failed, so ``chaos run`` exits 1.
+Given an ``sli`` argument (``arguments: {sli: {http: "${service_url}/predict"}}``, see
+``verifiers.sli``) it records that SLI from just before the method to the end of the run
+(``gameday.recorder``; the journal's ``gameday.sli`` section).
 
 Gaps under plain ``chaos run`` (``gameday run`` has none of them): the toolkit's own
 rollback strategy still skips the experiment's rollbacks after an interruption (the
@@ -27,19 +30,22 @@ from typing import Any
 
 import structlog
 
-from gameday import paths, signals, timeouts
+from gameday import paths, signals, targetconfig, timeouts
 from gameday import session as sessions
 from gameday.errors import GamedayError
 from gameday.extension import parse_extension
+from gameday.safeguards import SafeguardWatch, interrupt_main_thread
 from gameday.targets import open_target
 from gameday.verdict import judge
 
 log = structlog.get_logger("gameday.controls")
 
-__all__ = ["after_activity_control", "after_experiment_control", "before_activity_control",
-           "cleanup_control", "configure_control"]
+__all__ = ["after_activity_control", "after_experiment_control", "after_method_control",
+           "before_activity_control", "before_method_control", "cleanup_control",
+           "configure_control"]
 
 _owned: list[sessions.Session] = []
+_watches: list[SafeguardWatch] = []
 
 
 def configure_control(configuration: dict[str, Any] | None = None,
@@ -56,7 +62,8 @@ def configure_control(configuration: dict[str, Any] | None = None,
             print(f"gameday: {exc}", file=sys.stderr)
             raise
         session = sessions.Session(target=target, extension=extension,
-                                   ledger_path=paths.ledger_path())
+                                   ledger_path=paths.ledger_path(),
+                                   target_config=targetconfig.from_environment())
         sessions.activate(session)
         _owned.append(session)
     if configuration is not None and session.target is not None:
@@ -73,19 +80,69 @@ def after_activity_control(context: dict[str, Any], **_: Any) -> None:
     timeouts.disarm()
 
 
+def before_method_control(context: dict[str, Any],
+                          configuration: dict[str, Any] | None = None,
+                          sli: dict[str, Any] | None = None, **_: Any) -> None:
+    """Start watching the extension's safeguards (``gameday.safeguards``) for the method,
+    and start the run's SLI recorder when the control has an ``sli`` argument."""
+    session = sessions.current()
+    if sli is not None:
+        _start_recorder(session, sli)
+
+    def breached() -> None:
+        session.breach = watch.breach
+        session.event("safeguard_breached", reason=watch.breach)
+        interrupt_main_thread()
+
+    watch = SafeguardWatch(session.extension.safeguards, configuration or {},
+                           clock=session.clock, on_breach=breached)
+    if watch.start():
+        _watches.append(watch)
+
+
+def after_method_control(context: dict[str, Any], **_: Any) -> None:
+    _stop_watches()
+
+
+def _start_recorder(session: sessions.Session, sli: dict[str, Any]) -> None:
+    """Sample ``sli`` (see ``verifiers.sli``) from now until the session closes; the
+    journal keeps the samples in ``gameday.sli`` and the transitions on the timeline."""
+    from verifiers.sli import recorder_for
+
+    if session.recorder is not None:
+        return
+    try:
+        session.recorder = recorder_for(sli, session.clock, on_transition=lambda name, r:
+                                        session.event("sli_up" if r.ok else "sli_down",
+                                                      at=r.t, channel=name, error=r.error))
+    except GamedayError as exc:
+        print(f"gameday: control argument sli: {exc}", file=sys.stderr)
+        raise
+    session.recorder.start()
+
+
+def _stop_watches() -> None:
+    while _watches:
+        _watches.pop().stop()
+
+
 def after_experiment_control(context: dict[str, Any], state: dict[str, Any] | None = None,
                              **_: Any) -> None:
     """Revert everything; under ``chaos run`` also judge the journal the toolkit writes."""
     timeouts.disarm()
+    _stop_watches()
     if not _owned or state is None:
         return
     session = _owned[-1]
     with signals.deferred():
         failures = session.close("run-ended")
-    verdict = judge(state, signal_exit=signals.STATE.exit_code, revert_failures=failures)
+    verdict = judge(state, signal_exit=signals.STATE.exit_code, revert_failures=failures,
+                    error=session.breach)
     state["gameday"] = {"run_id": session.run_id, "verdict": verdict.to_json(),
                         "faults": [e.to_json() for e in session.ledger],
-                        "verifiers": [r.to_json() for r in session.results]}
+                        "verifiers": [r.to_json() for r in session.results],
+                        "timeline": [event.to_json() for event in session.timeline],
+                        "sli": session.recorder.to_json() if session.recorder else None}
     if not verdict.passed and state.get("status") == "completed":
         state["status"] = "failed"
 
@@ -93,6 +150,7 @@ def after_experiment_control(context: dict[str, Any], state: dict[str, Any] | No
 def cleanup_control(**_: Any) -> None:
     """Last line of defence: revert whatever is still active, close the session."""
     timeouts.disarm()
+    _stop_watches()
     while _owned:
         session = _owned.pop()
         with signals.deferred():

@@ -18,6 +18,7 @@ class InvalidInput(GamedayError):
 
     def __init__(self, message: str, *, file: str | None = None, path: str | None = None,
                  line: int | None = None) -> None:
+        message, path = _one_line(message), _one_line(path) if path is not None else None
         self.file = file
         self.path = path
         self.line = line
@@ -27,6 +28,11 @@ class InvalidInput(GamedayError):
         if path:
             where = f"{where}: {path}" if where else path
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def _one_line(text: str) -> str:
+    """User errors are one line, even when the input put line breaks in a key."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class BlastRadiusExceeded(InvalidInput):

@@ -1,5 +1,6 @@
 """The ``gameday`` experiment extension (DESIGN §4), parsed into typed values."""
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ DEFAULT_LEASE_S = 30.0
 class BlastRadius:
     max_gpus: int | None = None
     max_nodes: int | None = None
+    max_percent: float | None = None  # of the fleet's GPUs
 
 
 @dataclass(frozen=True)
@@ -23,16 +25,38 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class SafeguardSpec:
+    """An abort condition: a PromQL query or an HTTP GET, and the bounds it must stay in.
+
+    ``promql`` measures the query's first value; ``http`` measures the answer's status
+    code, or with ``json`` a number at that dotted key path in the answer. The run is
+    interrupted when the measurement leaves ``min``..``max`` or differs from ``equals``,
+    or when ``failures`` checks in a row cannot measure at all.
+    """
+
+    name: str
+    promql: str | None = None
+    http: str | None = None
+    json: str | None = None
+    max: float | None = None
+    min: float | None = None
+    equals: float | None = None
+    interval_s: float = 1.0
+    failures: int = 3
+
+
+@dataclass(frozen=True)
 class Extension:
     target: str | None = None
     coverage: Mapping[str, str] = field(default_factory=dict)
     blast_radius: BlastRadius = BlastRadius()
     slo: Slo = Slo()
     lease_s: float = DEFAULT_LEASE_S
+    safeguards: tuple[SafeguardSpec, ...] = ()
     present: bool = False
 
 
-_KNOWN_KEYS = {"name", "target", "coverage", "blast_radius", "slo", "lease_s"}
+_KNOWN_KEYS = {"name", "target", "coverage", "blast_radius", "slo", "lease_s", "safeguards"}
 
 
 def _number(value: Any, path: str, *, minimum: float, integer: bool = False) -> float:
@@ -40,6 +64,8 @@ def _number(value: Any, path: str, *, minimum: float, integer: bool = False) -> 
             integer and not isinstance(value, int)):
         raise InvalidInput(f"must be {'an integer' if integer else 'a number'}, got {value!r}",
                            path=path)
+    if not math.isfinite(value):
+        raise InvalidInput(f"must be a finite number, got {value!r}", path=path)
     if value < minimum:
         raise InvalidInput(f"must be >= {minimum}, got {value!r}", path=path)
     return float(value)
@@ -60,7 +86,9 @@ def parse_extension(experiment: Mapping[str, Any]) -> Extension:
     if not isinstance(extensions, list):
         raise InvalidInput("must be a list", path="extensions")
     for position, raw in enumerate(extensions):
-        if isinstance(raw, Mapping) and raw.get("name") == "gameday":
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+            raise InvalidInput("must be a mapping with a name", path=f"extensions[{position}]")
+        if raw.get("name") == "gameday":
             return _parse_one(raw, f"extensions[{position}]")
     return Extension()
 
@@ -81,9 +109,14 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
                            path=f"{base}.coverage.layer")
     blast = _mapping(raw.get("blast_radius", {}), f"{base}.blast_radius")
     for key in blast:
-        if key not in ("max_gpus", "max_nodes"):
-            raise InvalidInput("unknown key (known: max_gpus, max_nodes)",
+        if key not in ("max_gpus", "max_nodes", "max_percent"):
+            raise InvalidInput("unknown key (known: max_gpus, max_nodes, max_percent)",
                                path=f"{base}.blast_radius.{key}")
+    percent = blast.get("max_percent")
+    if percent is not None and _number(percent, f"{base}.blast_radius.max_percent",
+                                       minimum=0) > 100:
+        raise InvalidInput(f"must be <= 100, got {percent!r}",
+                           path=f"{base}.blast_radius.max_percent")
     slo = _mapping(raw.get("slo", {}), f"{base}.slo")
     for key in slo:
         if key not in ("rto_s", "rpo_steps"):
@@ -100,9 +133,54 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
         coverage={str(k): str(v) for k, v in coverage.items()},
         blast_radius=BlastRadius(
             max_gpus=optional_int(blast, "max_gpus", f"{base}.blast_radius"),
-            max_nodes=optional_int(blast, "max_nodes", f"{base}.blast_radius")),
+            max_nodes=optional_int(blast, "max_nodes", f"{base}.blast_radius"),
+            max_percent=None if percent is None else float(percent)),
         slo=Slo(rto_s=None if rto is None else _number(rto, f"{base}.slo.rto_s", minimum=0),
                 rpo_steps=optional_int(slo, "rpo_steps", f"{base}.slo")),
         lease_s=_number(raw.get("lease_s", DEFAULT_LEASE_S), f"{base}.lease_s", minimum=1),
+        safeguards=_safeguards(raw.get("safeguards", []), f"{base}.safeguards"),
         present=True,
     )
+
+
+_SAFEGUARD_KEYS = ("name", "promql", "http", "json", "max", "min", "equals", "interval_s",
+                   "failures")
+MAX_SAFEGUARDS = 64
+
+
+def _safeguards(raw: Any, base: str) -> tuple[SafeguardSpec, ...]:
+    if not isinstance(raw, list):
+        raise InvalidInput("must be a list of safeguards", path=base)
+    if len(raw) > MAX_SAFEGUARDS:
+        raise InvalidInput(f"more than {MAX_SAFEGUARDS} safeguards", path=base)
+    specs: list[SafeguardSpec] = []
+    for position, item in enumerate(raw):
+        where = f"{base}[{position}]"
+        entry = _mapping(item, where)
+        for key in entry:
+            if key not in _SAFEGUARD_KEYS:
+                raise InvalidInput(f"unknown key (known: {', '.join(_SAFEGUARD_KEYS)})",
+                                   path=f"{where}.{key}")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput("is required (a non-empty string)", path=f"{where}.name")
+        sources = [key for key in ("promql", "http") if entry.get(key) is not None]
+        if len(sources) != 1:
+            raise InvalidInput("needs exactly one of promql, http", path=where)
+        for key in (*sources, "json"):
+            if entry.get(key) is not None and (not isinstance(entry[key], str)
+                                               or not entry[key]):
+                raise InvalidInput("must be a non-empty string", path=f"{where}.{key}")
+        bounds = {key: _number(entry[key], f"{where}.{key}", minimum=float("-inf"))
+                  for key in ("max", "min", "equals") if entry.get(key) is not None}
+        if not bounds:
+            raise InvalidInput("needs a tolerance: max, min or equals", path=where)
+        specs.append(SafeguardSpec(
+            name=name, promql=entry.get("promql"), http=entry.get("http"),
+            json=entry.get("json"), max=bounds.get("max"), min=bounds.get("min"),
+            equals=bounds.get("equals"),
+            interval_s=_number(entry.get("interval_s", 1.0), f"{where}.interval_s",
+                               minimum=0.05),
+            failures=int(_number(entry.get("failures", 3), f"{where}.failures", minimum=1,
+                                 integer=True))))
+    return tuple(specs)

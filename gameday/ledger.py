@@ -102,6 +102,19 @@ class Ledger:
             if self.path is not None and events:
                 append_events(self.path, self.run_id, events)
 
+    def record_renewed_many(self, renewed: list[tuple[str, float]]) -> None:
+        """Record many renewals ``(id, expires_at)`` with one write and one fsync."""
+        with self._lock:
+            events = []
+            for fault_id, expires_at in renewed:
+                entry = self._entries.get(fault_id)
+                if entry is None or not entry.active:
+                    continue
+                entry.expires_at = expires_at
+                events.append(("renewed", {"id": fault_id, "expires_at": expires_at}))
+            if self.path is not None and events:
+                append_events(self.path, self.run_id, events)
+
     def record_renewed(self, fault_id: str, expires_at: float) -> None:
         with self._lock:
             entry = self._entries.get(fault_id)

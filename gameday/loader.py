@@ -83,12 +83,16 @@ def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         if node is not None:
             _line_map(node, "", lines, 0)
         document = yaml.load(text, Loader=yaml.SafeLoader)
+    except InvalidInput as exc:  # nested too deep
+        raise InvalidInput(f"nested deeper than {MAX_DEPTH} levels", file=where,
+                           path=(exc.path or "")[:120], line=exc.line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
         raise InvalidInput(f"not valid YAML/JSON: {exc.problem}", file=where, line=line) from None
     except (yaml.YAMLError, RecursionError) as exc:
-        raise InvalidInput(f"not valid YAML/JSON: {exc}", file=where) from None
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise InvalidInput(f"not valid YAML/JSON: {first}", file=where) from None
     if not isinstance(document, dict):
         raise InvalidInput("must be a mapping (an experiment object)", file=where, line=1)
     try:
@@ -238,3 +242,6 @@ def _toolkit_validation(document: dict[str, Any]) -> None:
         ensure_experiment_is_valid(json.loads(json.dumps(document)))
     except ChaosException as exc:
         raise InvalidInput(f"invalid experiment: {exc}") from None
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # the toolkit tripped
+        raise InvalidInput(f"invalid experiment (the toolkit's validation failed on it: "
+                           f"{type(exc).__name__}: {exc})") from None

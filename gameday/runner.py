@@ -21,15 +21,18 @@ import chaoslib
 from chaoslib.rollback import run_rollbacks
 from chaoslib.run import Runner
 from chaoslib.types import Strategy
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import gameday
 from faults.catalogue import by_activity
-from gameday import paths, signals
+from gameday import paths, signals, signing, targetconfig
 from gameday import session as sessions
 from gameday.errors import GamedayError, InvalidInput
 from gameday.journal import write_journal
 from gameday.loader import LoadedExperiment, load_experiment
+from gameday.locks import target_key
 from gameday.progress import ProgressPrinter
+from gameday.redaction import experiment_secrets, scrub
 from gameday.report.terminal import print_verdict
 from gameday.targets import GpuRef, Target, open_target
 from gameday.verdict import Verdict, judge
@@ -47,6 +50,8 @@ class RunOptions:
     dry_run: bool = False
     lab_dir: Path = field(default_factory=paths.lab_dir)
     out: TextIO = sys.stdout
+    target_config: Path | None = None  # else $GAMEDAY_TARGET_CONFIG
+    sign_key: Path | None = None
 
 
 @dataclass
@@ -163,34 +168,71 @@ class _LabLease:
 def run(options: RunOptions) -> RunOutcome:
     """Run one experiment file; return its exit code (and journal path)."""
     loaded = load_experiment(options.path)
+    config = targetconfig.from_environment(options.target_config)
+    sign_key = signing.load_private(options.sign_key) if options.sign_key else None
     kind = options.target or loaded.extension.target or "none"
     signals.reset()
     signals.install()
     lab_lease = _LabLease(options.lab_dir, options.out)
+    session: sessions.Session | None = None
     try:
         if kind == "lab":
             lab_lease.ensure()
         target = open_target(kind, options.variables, lab_dir=options.lab_dir)
         session = sessions.Session(target=target, extension=loaded.extension,
-                                   ledger_path=paths.ledger_path())
+                                   ledger_path=paths.ledger_path(), target_config=config)
         planned = plan_faults(loaded, target, session)
-        print(f"plan: target={kind}, {len(planned)} fault(s)", file=options.out)
-        for item in planned:
-            print(item.line(), file=options.out)
+        for item in planned:  # refused here, before anything is injected, if another run
+            for gpu in item.gpus:  # holds one of the targets
+                session.locks.acquire(target_key(gpu.node, {"gpu": gpu.index}))
+        _print_plan(kind, planned, session, options.out)
         if options.dry_run:
             print("dry run: nothing injected", file=options.out)
             return RunOutcome(0)
-        return _execute(loaded, target, session, kind, options)
+        return _execute(loaded, target, session, kind, options, sign_key)
     except signals.Interrupted as interrupted:
         print(f"gameday: {interrupted}; nothing left injected", file=sys.stderr)
         return RunOutcome(interrupted.exit_code)
     finally:
         with signals.deferred():
+            if session is not None:
+                session.locks.release_all()
             lab_lease.release()
 
 
+def _print_plan(kind: str, planned: list[PlannedFault], session: sessions.Session,
+                out: TextIO) -> None:
+    print(f"plan: target={kind}, {len(planned)} fault(s), run {session.run_id}", file=out)
+    for item in planned:
+        print(item.line(), file=out)
+    config = session.target_config
+    if config.allowed_nodes is not None:
+        print(f"  allowlist ({config.source}): nodes {', '.join(sorted(config.allowed_nodes))}",
+              file=out)
+    for guard in session.extension.safeguards:
+        bounds = ", ".join(f"{name} {value:g}" for name, value in
+                           (("min", guard.min), ("max", guard.max), ("equals", guard.equals))
+                           if value is not None)
+        source = f"promql {guard.promql}" if guard.promql else f"http {guard.http}"
+        print(f"  safeguard {guard.name}: {source} ({bounds}; every {guard.interval_s:g} s)",
+              file=out)
+    if session.locks.held():
+        print(f"  locks: {', '.join(session.locks.held())}", file=out)
+
+
+def _secrets(experiment: dict[str, Any], target: Target | None) -> set[str]:
+    """Every secret this run knows: experiment secrets, secret config, agent tokens."""
+    found = experiment_secrets(experiment)
+    for client in (target.agents.values() if target else ()):
+        token = getattr(client, "_token", None)  # the client keeps its bearer token private
+        if isinstance(token, str):
+            found.add(token)
+    return found
+
+
 def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.Session,
-             kind: str, options: RunOptions) -> RunOutcome:
+             kind: str, options: RunOptions,
+             sign_key: Ed25519PrivateKey | None = None) -> RunOutcome:
     experiment = copy.deepcopy(loaded.experiment)
     experiment["configuration"] = _configuration(experiment, target, options.variables)
     controls = experiment.setdefault("controls", [])
@@ -225,6 +267,8 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
     journal = journal or {"status": "failed", "experiment": experiment, "run": []}
     if error:
         journal["status"] = "failed"
+    if session.breach:
+        error = f"{error}; {session.breach}" if error else session.breach
     verdict = judge(journal, signal_exit=signals.STATE.exit_code, error=error,
                     revert_failures=failures)
     if verdict.status == "interrupted":
@@ -236,16 +280,20 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
         "extension": {"coverage": dict(loaded.extension.coverage),
                       "slo": vars(loaded.extension.slo),
                       "blast_radius": vars(loaded.extension.blast_radius),
-                      "lease_s": loaded.extension.lease_s},
+                      "lease_s": loaded.extension.lease_s,
+                      "safeguards": [vars(s) for s in loaded.extension.safeguards]},
+        "target_config": session.target_config.source or None,
         "faults": [entry.to_json() for entry in session.ledger],
         "verifiers": [result.to_json() for result in session.results],
         "timeline": [event.to_json() for event in session.timeline],
+        "sli": session.recorder.to_json() if session.recorder else None,
         "verdict": verdict.to_json(),
         "environment": _environment(),
     }
     journal_path = options.journal_path or _default_journal_path(options.path)
+    journal = scrub(journal, _secrets(experiment, target))
     with signals.deferred():
-        write_journal(journal_path, journal)
+        write_journal(journal_path, journal, sign_key)
     print_verdict(journal, options.out)
     print(f"journal: {journal_path}", file=options.out)
     return RunOutcome(verdict.exit_code, journal_path, verdict)

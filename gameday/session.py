@@ -15,10 +15,13 @@ from typing import Any
 import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import AgentError, BlastRadiusExceeded, TargetUnavailable
+from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
 from gameday.extension import Extension
-from gameday.leases import LeaseRenewer
+from gameday.leases import FaultRoute, LeaseRenewer
 from gameday.ledger import FaultEntry, Ledger
+from gameday.locks import TargetLocks, target_key
+from gameday.recorder import Recorder
+from gameday.targetconfig import TargetConfig
 from gameday.targets import GpuRef, Target
 from gameday.verdicts import VerifierResult
 
@@ -40,7 +43,8 @@ class Session:
 
     def __init__(self, *, target: Target | None = None, extension: Extension | None = None,
                  ledger_path: Path | None = None, clock: Clock = SYSTEM_CLOCK,
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, target_config: TargetConfig | None = None
+                 ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.target = target
         self.extension = extension or Extension()
@@ -51,7 +55,17 @@ class Session:
         self.timeline: list[TimelineEvent] = []
         self.activity = ""  # the name of the activity running now (set by the control)
         self._lock = threading.Lock()
-        self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock)
+        # how faults applied other than through an agent are renewed and reverted, by via
+        self.routes: dict[str, FaultRoute] = {}
+        self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock,
+                                    routes=self.routes)
+        self.recorder: Recorder | None = None  # the run's SLI recorder (gameday.recorder)
+        self.target_config = target_config or TargetConfig()
+        # one flock per faulted target, next to the ledger: $GAMEDAY_HOME/locks
+        self.locks = TargetLocks(ledger_path.parent / "locks" if ledger_path else None,
+                                 self.run_id)
+        self.breach: str | None = None  # why a safeguard interrupted the run
+        self._fleet: int | None = None
 
     # -- target --------------------------------------------------------------------
     def require_target(self) -> Target:
@@ -68,6 +82,12 @@ class Session:
         touched = {(e.node, e.target.get("gpu")) for e in self.ledger if "gpu" in e.target}
         touched |= {(g.node, g.index) for g in new_gpus}
         nodes = {node for node, _ in touched}
+        outside = sorted(n for n in nodes if not self.target_config.node_allowed(n))
+        if outside:
+            raise BlastRadiusExceeded(
+                f"node {outside[0]} is not in the allowlist of {self.target_config.source} "
+                f"(allow.nodes: {', '.join(sorted(self.target_config.allowed_nodes or ()))}); "
+                "nothing injected")
         if limit.max_gpus is not None and len(touched) > limit.max_gpus:
             raise BlastRadiusExceeded(
                 f"{len(touched)} GPUs would be faulted, blast_radius.max_gpus is "
@@ -76,11 +96,40 @@ class Session:
             raise BlastRadiusExceeded(
                 f"{len(nodes)} nodes would be faulted, blast_radius.max_nodes is "
                 f"{limit.max_nodes}; nothing injected")
+        if limit.max_percent is not None and touched:
+            fleet = self.fleet_gpus()
+            percent = 100.0 * len(touched) / fleet if fleet else 100.0
+            if percent > limit.max_percent:
+                raise BlastRadiusExceeded(
+                    f"{len(touched)} of the fleet's {fleet} GPUs ({percent:.1f}%) would be "
+                    f"faulted, blast_radius.max_percent is {limit.max_percent:g}; "
+                    "nothing injected")
+
+    def check_namespace(self, namespace: str) -> None:
+        """Refuse (before injecting) a Kubernetes-level fault outside ``allow.namespaces``."""
+        if not self.target_config.namespace_allowed(namespace):
+            raise BlastRadiusExceeded(
+                f"namespace {namespace} is not in the allowlist of {self.target_config.source} "
+                f"(allow.namespaces: "
+                f"{', '.join(sorted(self.target_config.allowed_namespaces or ()))}); "
+                "nothing injected")
+
+    def fleet_gpus(self) -> int:
+        """How many GPUs the whole target has, from the agents' inventories (cached)."""
+        if self._fleet is None:
+            self._fleet = len(self.require_target().gpus())
+        return self._fleet
 
     def inject(self, *, node: str, kind: str, target: dict[str, Any], params: dict[str, Any],
-               action: str = "", lease_s: float | None = None) -> FaultEntry:
-        """Apply one fault through the node's agent, under a lease, and record it."""
+               action: str = "", lease_s: float | None = None, record: bool = True
+               ) -> FaultEntry:
+        """Apply one fault through the node's agent, under a lease, and record it (unless
+        ``record`` is false: then the caller records it, e.g. many at once)."""
         client = self.require_target().agent(node)
+        if not self.target_config.node_allowed(node):
+            raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
+                                      f"{self.target_config.source}; nothing injected")
+        self.locks.acquire(target_key(node, target))
         lease = float(lease_s or self.extension.lease_s)
         fault = client.inject(kind, target, params, lease)
         entry = FaultEntry(
@@ -89,6 +138,8 @@ class Session:
             injected_at=str(fault.get("injected_at", "")),
             applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
             lease_s=lease, action=action, details=dict(fault.get("details") or {}))
+        if not record:
+            return entry
         self.ledger.record_applied(entry)
         self.event("fault_applied", id=entry.id, kind=kind, node=node, target=entry.target,
                    injected_at=entry.injected_at, at=entry.applied_at)
@@ -97,9 +148,33 @@ class Session:
                  injected_at=entry.injected_at)
         return entry
 
+    def record_external(self, entry: FaultEntry, route: FaultRoute) -> None:
+        """Record a fault applied other than through an agent (``entry.via``, e.g. a
+        cordon through the Kubernetes API); ``route`` renews and reverts it."""
+        self.routes[entry.via] = route
+        self.ledger.record_applied(entry)
+        self.event("fault_applied", id=entry.id, kind=entry.kind, node=entry.node,
+                   target=entry.target, injected_at=entry.injected_at, at=entry.applied_at)
+        self.renewer.start()
+
+    def _revert_routed(self, reason: str) -> list[str]:
+        failures: list[str] = []
+        for entry in [e for e in self.ledger.active() if e.via != "agent"]:
+            try:
+                reverted_at, why = self.routes[entry.via].revert(entry)
+                self.ledger.record_reverted(entry.id, reverted_at, why)
+                self.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
+            except (GamedayError, KeyError) as exc:
+                failures.append(f"{entry.kind} {entry.id} on {entry.node} via {entry.via}: "
+                                f"{exc}")
+        return failures
+
     def revert_all(self, reason: str = "rollback") -> list[str]:
         """Revert every fault still active in the ledger; return one line per failure."""
-        failures: list[str] = []
+        failures: list[str] = self._revert_routed(reason)
+        if self.target is not None and len(self.ledger.active()) > 1:  # many: concurrently
+            from gameday.fanout import revert_entries
+            revert_entries(self, self.ledger.active(), reason)
         for entry in self.ledger.active():
             try:
                 client = self.require_target().agent(entry.node)
@@ -135,8 +210,11 @@ class Session:
             self.timeline.append(TimelineEvent(self.clock.now(), name, detail))
 
     def close(self, reason: str = "rollback") -> list[str]:
+        if self.recorder is not None:
+            self.recorder.stop()
         failures = self.revert_all(reason)
         self.renewer.stop()
+        self.locks.release_all()
         return failures
 
 

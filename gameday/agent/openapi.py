@@ -1,0 +1,138 @@
+"""The agent API as an OpenAPI 3.1 document, served at ``GET /openapi.json``.
+
+The same document drives the agent's API fuzz test (``tests/safety``), which generates
+requests from it, valid and invalid, and checks that the agent never answers 5xx and
+never leaves a fault applied that it did not acknowledge. Keep it in step with
+``docs/agent-api.md`` and :mod:`gameday.agent.protocol`.
+"""
+
+from typing import Any
+
+from gameday.agent.protocol import (
+    LEASE_MAX_S,
+    LEASE_MIN_S,
+    MAX_BATCH_BODY_BYTES,
+    MAX_BATCH_ITEMS,
+    MAX_BODY_BYTES,
+    REVERT_REASONS,
+)
+
+__all__ = ["spec"]
+
+_LEASE = {"type": "number", "minimum": LEASE_MIN_S, "maximum": LEASE_MAX_S,
+          "description": "seconds the fault lives unless renewed"}
+_ERROR = {"description": "one-line error", "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/Error"}}}}
+_FAULT = {"description": "the fault", "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/Fault"}}}}
+_BATCH_ANSWER = {"description": "a result per id: the faults done, the ids that failed",
+                 "content": {"application/json": {"schema": {
+                     "$ref": "#/components/schemas/BatchAnswer"}}}}
+_IDS = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "uniqueItems": True,
+        "items": {"type": "string", "minLength": 1}}
+_FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
+             "schema": {"type": "string", "minLength": 1}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(code): _ERROR for code in codes}
+
+
+def spec() -> dict[str, Any]:
+    """The OpenAPI document of the agent API."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "gameday node agent", "version": "1",
+                 "description": "Leased faults on one node (docs/agent-api.md). Request "
+                                f"bodies are JSON objects of at most {MAX_BODY_BYTES} bytes."},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {"get": {"security": [], "responses": {"200": {
+                "description": "alive"}}}},
+            "/metrics": {"get": {"security": [], "responses": {"200": {
+                "description": "Prometheus text format"}}}},
+            "/openapi.json": {"get": {"security": [], "responses": {"200": {
+                "description": "this document"}}}},
+            "/v1/inventory": {"get": {"responses": {
+                "200": {"description": "GPUs, links, mounts and fault kinds"},
+                **_errors(401)}}},
+            "/v1/faults": {
+                "get": {"parameters": [{"name": "all", "in": "query", "required": False,
+                                        "schema": {"type": "string",
+                                                   "enum": ["0", "1", "true", "false"]}}],
+                        "responses": {"200": {"description": "faults"}, **_errors(401)}},
+                "post": {"requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/InjectRequest"}}}},
+                    "responses": {"201": _FAULT, **_errors(400, 401, 409, 411, 413, 503)}},
+            },
+            "/v1/faults/{fault_id}": {
+                "parameters": [_FAULT_ID],
+                "get": {"responses": {"200": _FAULT, **_errors(401, 404)}},
+                "delete": {"responses": {"200": _FAULT, **_errors(401, 404)}},
+            },
+            "/v1/faults/{fault_id}/renew": {
+                "parameters": [_FAULT_ID],
+                "post": {"requestBody": {"required": False, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/RenewRequest"}}}},
+                    "responses": {"200": _FAULT, **_errors(400, 401, 404, 410)}},
+            },
+            "/v1/faults:batch": {"post": {
+                "description": f"apply up to {MAX_BATCH_ITEMS} faults, all or nothing (body "
+                               f"up to {MAX_BATCH_BODY_BYTES} bytes); an error names the "
+                               "item (index) and the ids rolled back",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
+                "responses": {"201": {"description": "the faults, in order"},
+                              **_errors(400, 401, 409, 411, 413, 503)}}},
+            "/v1/faults:batch-revert": {"post": {
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/BatchRevertRequest"}}}},
+                "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
+            "/v1/faults:batch-renew": {"post": {
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/BatchRenewRequest"}}}},
+                "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "InjectRequest": {
+                    "type": "object", "additionalProperties": False,
+                    "required": ["kind", "target", "lease_s"],
+                    "properties": {"kind": {"type": "string", "minLength": 1},
+                                   "target": {"type": "object"},
+                                   "params": {"type": "object"},
+                                   "lease_s": _LEASE}},
+                "RenewRequest": {"type": "object", "additionalProperties": False,
+                                 "properties": {"lease_s": _LEASE}},
+                "BatchInjectRequest": {
+                    "type": "object", "additionalProperties": False, "required": ["faults"],
+                    "properties": {"faults": {
+                        "type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS,
+                        "items": {"$ref": "#/components/schemas/InjectRequest"}}}},
+                "BatchRevertRequest": {"type": "object", "additionalProperties": False,
+                                       "required": ["ids"], "properties": {"ids": _IDS}},
+                "BatchRenewRequest": {"type": "object", "additionalProperties": False,
+                                      "required": ["ids"],
+                                      "properties": {"ids": _IDS, "lease_s": _LEASE}},
+                "BatchAnswer": {"type": "object", "required": ["faults", "failed"],
+                                "properties": {
+                                    "faults": {"type": "array",
+                                               "items": {"$ref": "#/components/schemas/Fault"}},
+                                    "failed": {"type": "array", "items": {
+                                        "type": "object", "required": ["id", "status", "error"],
+                                        "properties": {"id": {"type": "string"},
+                                                       "status": {"type": "integer"},
+                                                       "error": {"type": "string"}}}}}},
+                "Fault": {"type": "object", "required": ["id", "kind", "applied_at",
+                                                         "expires_at"],
+                          "properties": {"id": {"type": "string"}, "kind": {"type": "string"},
+                                         "applied_at": {"type": "number"},
+                                         "expires_at": {"type": "number"},
+                                         "reverted_at": {"type": ["number", "null"]},
+                                         "revert_reason": {"enum": [*REVERT_REASONS, None]}}},
+                "Error": {"type": "object", "required": ["error"],
+                          "properties": {"error": {"type": "string"}}},
+            },
+        },
+    }

@@ -1,0 +1,176 @@
+"""Target locks, blast radius, ledger and cleanup against real agents over real HTTP.
+
+Stand-in: the agents drive the lab's virtual GPU backend (no NVML here); locks are
+real ``flock`` s, the dead holder is a real process killed with SIGKILL.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safety_helpers import TOKEN, active, env_for, gameday, target_of, virtual_agents
+
+from gameday.cleanup import cleanup
+from gameday.errors import BlastRadiusExceeded
+from gameday.extension import BlastRadius, Extension
+from gameday.ledger import append_event, read_ledger
+from gameday.locks import TargetLocked, TargetLocks
+from gameday.session import Session
+from gameday.targetconfig import AgentEndpoint, TargetConfig
+from gameday.targets import GpuRef
+
+ECC = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}
+
+
+def test_second_holder_is_refused_with_who_and_since(tmp_path: Path) -> None:
+    first, second = TargetLocks(tmp_path, "run-a"), TargetLocks(tmp_path, "run-b")
+    first.acquire("node-0.gpu-1")
+    first.acquire("node-0.gpu-1")  # idempotent for its holder
+    with pytest.raises(TargetLocked) as refused:
+        second.acquire("node-0.gpu-1")
+    message = str(refused.value)
+    assert f"run run-a (pid {os.getpid()} on " in message and " since 20" in message
+    second.acquire("node-0.gpu-2")
+    first.release_all()
+    second.acquire("node-0.gpu-1")
+    second.release_all()
+
+
+def test_a_lock_dies_with_its_holder(tmp_path: Path) -> None:
+    code = ("import sys, time; from pathlib import Path; from gameday.locks import TargetLocks;"
+            "TargetLocks(Path(sys.argv[1]), 'doomed').acquire('node-0.gpu-0');"
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(TargetLocked, match=f"run doomed \\(pid {holder.pid} "):
+            TargetLocks(tmp_path, "next").acquire("node-0.gpu-0")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    after = TargetLocks(tmp_path, "next")
+    after.acquire("node-0.gpu-0")  # the kernel dropped the dead run's flock
+    assert json.loads((tmp_path / "node-0.gpu-0.lock").read_text())["run_id"] == "next"
+    after.release_all()
+
+
+def test_two_sessions_cannot_fault_the_same_gpu(tmp_path: Path) -> None:
+    with virtual_agents(tmp_path) as servers:
+        ledger = tmp_path / "home" / "ledger.jsonl"
+        one = Session(target=target_of(servers), ledger_path=ledger)
+        two = Session(target=target_of(servers), ledger_path=ledger)
+        one.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1}, params=ECC, lease_s=5)
+        with pytest.raises(TargetLocked, match=f"run {one.run_id} "):
+            two.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1}, params=ECC,
+                       lease_s=5)
+        assert len(active(servers)) == 1  # refused before the agent was asked
+        assert one.close() == [] and two.close() == []
+        assert active(servers) == []
+
+
+def test_blast_radius_percent_and_allowlist(tmp_path: Path) -> None:
+    with virtual_agents(tmp_path) as servers:  # 2 nodes x 4 GPUs = 8
+        session = Session(target=target_of(servers),
+                          extension=Extension(blast_radius=BlastRadius(max_percent=25)),
+                          target_config=TargetConfig(allowed_nodes=frozenset({"node-1"}),
+                                                     allowed_namespaces=frozenset({"canary"}),
+                                                     source="prod.yaml"))
+        session.check_namespace("canary")
+        with pytest.raises(BlastRadiusExceeded, match="namespace prod is not in the allowlist"):
+            session.check_namespace("prod")
+        two = [GpuRef("node-1", 0), GpuRef("node-1", 1)]
+        session.check_blast_radius(two)  # 25 % of 8
+        with pytest.raises(BlastRadiusExceeded, match=r"3 of the fleet's 8 GPUs \(37.5%\)"):
+            session.check_blast_radius([*two, GpuRef("node-1", 2)])
+        with pytest.raises(BlastRadiusExceeded, match="node node-0 is not in the allowlist"):
+            session.check_blast_radius([GpuRef("node-0", 0)])
+        with pytest.raises(BlastRadiusExceeded, match=r"allowlist of prod\.yaml"):
+            session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC)
+        assert active(servers) == []
+
+
+def test_ledger_records_agent_lease_and_inverse(tmp_path: Path) -> None:
+    with virtual_agents(tmp_path, nodes=1) as servers:
+        ledger = tmp_path / "ledger.jsonl"
+        session = Session(target=target_of(servers), ledger_path=ledger)
+        entry = session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC,
+                               lease_s=7)
+        [applied] = [json.loads(line) for line in ledger.read_text().splitlines()]
+        assert applied["event"] == "applied" and applied["run"] == session.run_id
+        assert applied["agent_url"] == servers["node-0"].url and applied["lease_s"] == 7
+        assert applied["inverse"] == {"method": "DELETE",
+                                      "url": f"{servers['node-0'].url}/v1/faults/{entry.id}"}
+        assert applied["pid"] == os.getpid() and TOKEN not in ledger.read_text()
+        session.close()
+        [state] = read_ledger(ledger)
+        assert state["reverted_at"] is not None
+
+
+def test_cleanup_reverts_what_a_dead_run_left_and_is_idempotent(tmp_path: Path) -> None:
+    """A run that dies holding faults (no close): cleanup reverts them, twice is a no-op."""
+    with virtual_agents(tmp_path) as servers:
+        home = tmp_path / "home"
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN)
+        config_file = tmp_path / "target.yaml"
+        config_file.write_text("agents:\n" + "".join(
+            f"  - {{node: {name}, url: '{s.url}', token_file: '{token_file}'}}\n"
+            for name, s in servers.items()))
+        dead = Session(target=target_of(servers), ledger_path=home / "ledger.jsonl")
+        for gpu in (0, 1):
+            dead.inject(node="node-0", kind="gpu.ecc", target={"gpu": gpu}, params=ECC,
+                        lease_s=60)
+        dead.locks.release_all()  # as if its process had died
+        dead.renewer.stop()
+        stray = servers["node-1"].registry  # a fault no ledger here knows of
+        target_of(servers).agents["node-1"].inject("gpu.ecc", {"gpu": 3}, ECC, 60)
+        env = env_for(tmp_path)
+        first = gameday(["cleanup", "--all-agents", "--target-config", str(config_file)], env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        lines = first.stdout.strip().splitlines()
+        assert sum(line.startswith("reverted: gpu.ecc") for line in lines) == 3, lines
+        assert lines[-1] == "cleanup: 3 reverted, 0 skipped, 0 failed"
+        assert active(servers) == [] and stray.faults() == []
+        second = gameday(["cleanup", "--all-agents", "--target-config", str(config_file)], env)
+        assert second.returncode == 0 and second.stdout.strip() == "cleanup: nothing to revert"
+
+
+def test_cleanup_leaves_live_runs_alone_and_fails_on_unknown_agents(tmp_path: Path) -> None:
+    with virtual_agents(tmp_path, nodes=1) as servers:
+        ledger = tmp_path / "home" / "ledger.jsonl"
+        live = Session(target=target_of(servers), ledger_path=ledger)
+        live.inject(node="node-0", kind="gpu.ecc", target={"gpu": 2}, params=ECC, lease_s=30)
+        report = cleanup(ledger, lab_dir=None, config=TargetConfig())
+        assert report.exit_code == 0 and len(report.skipped) == 1
+        assert f"run still alive: run {live.run_id}" in report.skipped[0]
+        forced = cleanup(ledger, lab_dir=None, config=TargetConfig(), force=True)
+        assert forced.exit_code == 1 and "no token known for agent" in forced.failed[0]
+        known = TargetConfig(agents=(AgentEndpoint("node-0", servers["node-0"].url,
+                                                   token_env="GDSAFE_TOKEN"),))
+        os.environ["GDSAFE_TOKEN"] = TOKEN
+        try:
+            done = cleanup(ledger, lab_dir=None, config=known, force=True)
+        finally:
+            del os.environ["GDSAFE_TOKEN"]
+        assert done.exit_code == 0 and len(done.reverted) == 1 and active(servers) == []
+        live.close()
+
+
+def test_cleanup_names_faults_it_cannot_revert(tmp_path: Path) -> None:
+    """A ledger entry applied through the Kubernetes API (no agent): named, with its inverse."""
+    ledger = tmp_path / "ledger.jsonl"
+    append_event(ledger, "applied", "run-k8s", {
+        "id": "k-1", "kind": "k8s.node_cordon", "node": "gpu-node-3", "via": "kubernetes",
+        "target": {}, "agent_url": "", "reverted_at": None,
+        "inverse": {"patch": "spec.unschedulable=false"}})
+    report = cleanup(ledger, lab_dir=None, config=TargetConfig())
+    assert report.exit_code == 1
+    assert report.failed == ["FAILED k8s.node_cordon k-1 on gpu-node-3 (ledger): applied via "
+                             "kubernetes, which cleanup does not revert; its mark's revert "
+                             "deadline lets the node agent undo it, or apply the inverse "
+                             "{'patch': 'spec.unschedulable=false'}"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from gameday import session as sessions
 from gameday.agent.client import AgentClient
-from gameday.errors import BlastRadiusExceeded, GamedayError, InvalidInput
+from gameday.errors import BlastRadiusExceeded, InvalidInput
 from gameday.session import Session
 from gameday.targets import Target
 
@@ -73,12 +73,3 @@ def inject_on_node(kind: str, action: str, node_selector: Any, where: str,
     return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
                         "injected_at": entry.injected_at, "applied_at": entry.applied_at,
                         "expires_at": entry.expires_at, "details": entry.details}]}
-
-
-def revert_session() -> dict[str, Any]:
-    session = sessions.current()
-    before = len(session.ledger.active())
-    failures = session.revert_all("rollback")
-    if failures:
-        raise GamedayError("could not revert: " + "; ".join(failures))
-    return {"reverted": before}

@@ -9,6 +9,7 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
+from faults._activity import revert_run
 from faults.kinds.gpu import GPU_ECC, GPU_FALL_OFF_BUS, GPU_OOM, GPU_THERMAL, GPU_XID
 from gameday import session as sessions
 from gameday.errors import GamedayError
@@ -108,12 +109,7 @@ def fall_off_bus(gpu: dict[str, Any], lease_s: float | None = None) -> dict[str,
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    session = sessions.current()
-    before = len(session.ledger.active())
-    failures = session.revert_all("rollback")
-    if failures:
-        raise ActivityFailed("could not revert: " + "; ".join(failures))
-    return {"reverted": before}
+    return revert_run()
 
 
 def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],

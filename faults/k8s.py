@@ -21,6 +21,7 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
+from faults._activity import revert_run, validated
 from faults.base import FaultKind
 from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 from gameday import session as sessions
@@ -41,7 +42,7 @@ def node_cordon(node: dict[str, Any], count: int = 1,
 
     Returns ``{"faults": [{"id", "node", "revert_by"}]}``.
     """
-    params = _validate(K8S_NODE_CORDON, {"count": count})
+    params = validated(K8S_NODE_CORDON, {"count": count})
     return _on_nodes(K8S_NODE_CORDON, "node_cordon", node, params, lease_s,
                      lambda editor, name, mark: editor.cordon(name, mark),
                      lambda name: {"op": "uncordon", "node": name})
@@ -52,7 +53,7 @@ def node_taint(node: dict[str, Any], key: str = "gameday.dev/fault", value: str 
                lease_s: float | None = None) -> dict[str, Any]:
     """Add the taint ``key=value:effect`` to the selected node(s); reverted by removing
     it. A node that already has a taint with this key and effect is refused."""
-    params = _validate(K8S_NODE_TAINT, {"count": count, "key": key, "value": value,
+    params = validated(K8S_NODE_TAINT, {"count": count, "key": key, "value": value,
                                         "effect": effect})
     taint = {"key": params["key"], "value": params["value"], "effect": params["effect"]}
     return _on_nodes(K8S_NODE_TAINT, "node_taint", node, params, lease_s,
@@ -74,7 +75,7 @@ def node_drain(node: dict[str, Any], count: int = 1, eviction_attempts: int = 10
 
     Returns ``{"faults": [...], "evicted": ["ns/pod", ...], "blocked": {"ns/pod": why}}``.
     """
-    params = _validate(K8S_NODE_DRAIN, {"count": count, "eviction_attempts": eviction_attempts,
+    params = validated(K8S_NODE_DRAIN, {"count": count, "eviction_attempts": eviction_attempts,
                                         "eviction_interval_s": eviction_interval_s,
                                         "allow_blocked": allow_blocked})
     result = _on_nodes(K8S_NODE_DRAIN, "node_drain", node, params, lease_s,
@@ -113,7 +114,7 @@ def pod_kill(namespace: str, label_selector: str | None = None, name: str | None
 
     Returns ``{"killed": ["ns/pod", ...]}``.
     """
-    params = _validate(K8S_POD_KILL, {"namespace": namespace, "label_selector": label_selector,
+    params = validated(K8S_POD_KILL, {"namespace": namespace, "label_selector": label_selector,
                                       "name": name, "node": node, "count": count,
                                       "grace_period_s": grace_period_s, "seed": seed})
     session = sessions.current()
@@ -143,22 +144,10 @@ def pod_kill(namespace: str, label_selector: str | None = None, name: str | None
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent): uncordon, untaint, and the
     agents' faults; fails if any could not be reverted."""
-    session = sessions.current()
-    before = len(session.ledger.active())
-    failures = session.revert_all("rollback")
-    if failures:
-        raise ActivityFailed("could not revert: " + "; ".join(failures))
-    return {"reverted": before}
+    return revert_run()
 
 
 # -- internals ------------------------------------------------------------------------
-
-def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return kind.validate(arguments)
-    except InvalidInput as exc:
-        raise ActivityFailed(str(exc)) from None
-
 
 def _kubernetes(session: sessions.Session) -> KubernetesTarget:
     target = session.require_target()

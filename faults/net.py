@@ -14,7 +14,8 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._nodes import inject_on_node, inventory_of, revert_session, selector_mapping
+from faults._activity import revert_run, validated
+from faults._nodes import inject_on_node, inventory_of, selector_mapping
 from faults.base import FaultKind
 from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
 from gameday.agent.client import AgentClient
@@ -37,7 +38,7 @@ def link_flap(link: dict[str, Any] | None = None, down_s: float = 2.0, up_s: flo
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``.
     """
-    params = _validate(NET_LINK_FLAP, {"down_s": down_s, "up_s": up_s, "count": count})
+    params = validated(NET_LINK_FLAP, {"down_s": down_s, "up_s": up_s, "count": count})
     return _inject(NET_LINK_FLAP, "link_flap", link, params, lease_s)
 
 
@@ -54,7 +55,7 @@ def packet_loss(percent: float, link: dict[str, Any] | None = None,
     (``mechanism: netem`` uses ``tc netem`` where the kernel has it); revert removes
     exactly what was added.
     """
-    params = _validate(NET_LOSS, {"percent": percent, "duration_s": duration_s, "peer": peer,
+    params = validated(NET_LOSS, {"percent": percent, "duration_s": duration_s, "peer": peer,
                                   "port": port, "direction": direction,
                                   "mechanism": mechanism})
     return _inject(NET_LOSS, "packet_loss", link, params, lease_s)
@@ -70,24 +71,15 @@ def partition(link: dict[str, Any] | None = None, duration_s: float | None = Non
     until it heals; then the held data flows. Host: drop rules for everything to/from
     ``peer`` and/or ``port`` (at least one, or a ``link``) in a table/chain of their own.
     """
-    params = _validate(NET_PARTITION, {"duration_s": duration_s, "peer": peer, "port": port,
+    params = validated(NET_PARTITION, {"duration_s": duration_s, "peer": peer, "port": port,
                                        "direction": direction, "mechanism": mechanism})
     return _inject(NET_PARTITION, "partition", link, params, lease_s)
 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    try:
-        return revert_session()
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
+    return revert_run()
 
-
-def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return kind.validate(arguments)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def _link_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[str, Any]]:

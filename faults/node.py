@@ -12,7 +12,8 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._nodes import check_nodes, revert_session
+from faults._activity import revert_run, validated
+from faults._nodes import check_nodes
 from faults.base import FaultKind
 from faults.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
 from gameday import session as sessions
@@ -29,7 +30,7 @@ def cpu_hog(node: str | None = None, workers: int = 1, cpu_percent: float = 50.0
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``; ``details`` names the cgroup and the bound.
     """
-    params = _validate(NODE_CPU_HOG, {"workers": workers, "cpu_percent": cpu_percent,
+    params = validated(NODE_CPU_HOG, {"workers": workers, "cpu_percent": cpu_percent,
                                       "duration_s": duration_s})
     return _inject(NODE_CPU_HOG, "cpu_hog", node, params, lease_s)
 
@@ -39,7 +40,7 @@ def memory_hog(node: str | None = None, memory_mib: int = 256, limit_mib: int | 
     """Hold ``memory_mib`` MiB on ``node`` for ``duration_s`` (pages touched, kept),
     in a cgroup limited to ``limit_mib`` (default ``memory_mib`` + 48): the hog can
     never take more than that."""
-    params = _validate(NODE_MEMORY_HOG, {"memory_mib": memory_mib, "limit_mib": limit_mib,
+    params = validated(NODE_MEMORY_HOG, {"memory_mib": memory_mib, "limit_mib": limit_mib,
                                          "duration_s": duration_s})
     if params["limit_mib"] is not None and params["limit_mib"] < params["memory_mib"]:
         raise ActivityFailed(f"arguments.limit_mib: must be >= memory_mib "
@@ -49,17 +50,8 @@ def memory_hog(node: str | None = None, memory_mib: int = 256, limit_mib: int | 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    try:
-        return revert_session()
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
+    return revert_run()
 
-
-def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return kind.validate(arguments)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def _inject(kind: FaultKind, action: str, node: str | None, params: dict[str, Any],

@@ -14,7 +14,8 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._nodes import check_nodes, revert_session, selector_mapping
+from faults._activity import revert_run, validated
+from faults._nodes import check_nodes, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
@@ -35,7 +36,7 @@ def kill(process: dict[str, Any], max_processes: int = 1,
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``; ``details.processes`` lists the pids signalled.
     """
-    params = _validate(PROCESS_KILL, {"max_processes": max_processes})
+    params = validated(PROCESS_KILL, {"max_processes": max_processes})
     return _inject(PROCESS_KILL, "kill", process, params, lease_s)
 
 
@@ -44,7 +45,7 @@ def pause(process: dict[str, Any], duration_s: float | None = None, max_processe
     """SIGSTOP the selected process; SIGCONT it after ``duration_s`` (if given), on
     revert, or when the lease lapses. A paused server keeps its sockets open, so its
     clients hang rather than fail fast."""
-    params = _validate(PROCESS_PAUSE, {"max_processes": max_processes,
+    params = validated(PROCESS_PAUSE, {"max_processes": max_processes,
                                        "duration_s": duration_s})
     return _inject(PROCESS_PAUSE, "pause", process, params, lease_s)
 
@@ -59,17 +60,8 @@ def resume() -> dict[str, Any]:
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    try:
-        return revert_session()
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
+    return revert_run()
 
-
-def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return kind.validate(arguments)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def _pick_node(target: Target, node: Any) -> str:

@@ -12,7 +12,8 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._nodes import inject_on_node, revert_session, selector_mapping
+from faults._activity import revert_run, validated
+from faults._nodes import inject_on_node, selector_mapping
 from faults.base import FaultKind
 from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
 from gameday.agent.client import AgentClient
@@ -35,7 +36,7 @@ def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``.
     """
-    params = _validate(SERVICE_LATENCY, {"delay_ms": delay_ms, "jitter_ms": jitter_ms,
+    params = validated(SERVICE_LATENCY, {"delay_ms": delay_ms, "jitter_ms": jitter_ms,
                                          "percent": percent, "duration_s": duration_s})
     return _inject(SERVICE_LATENCY, "latency", service, params, lease_s)
 
@@ -47,24 +48,15 @@ def timeout(service: dict[str, Any] | None = None, hang_s: float = 30.0,
     failure (lab router: ``504``; host proxy: the connection is reset). Requests held
     when the fault clears are served at once.
     """
-    params = _validate(SERVICE_TIMEOUT, {"hang_s": hang_s, "percent": percent,
+    params = validated(SERVICE_TIMEOUT, {"hang_s": hang_s, "percent": percent,
                                          "duration_s": duration_s})
     return _inject(SERVICE_TIMEOUT, "timeout", service, params, lease_s)
 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    try:
-        return revert_session()
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
+    return revert_run()
 
-
-def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return kind.validate(arguments)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def _service_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[str, Any]]:

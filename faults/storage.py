@@ -14,7 +14,8 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._nodes import check_nodes, inventory_of, revert_session, selector_mapping
+from faults._activity import revert_run, validated
+from faults._nodes import check_nodes, inventory_of, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
@@ -38,7 +39,7 @@ def stall(storage: dict[str, Any], ops: list[str] | None = None, within: str = "
     trainer's checkpoints stop landing. Returns ``{"faults": [{"id", "node", "target",
     "injected_at", "applied_at", "expires_at", "details"}]}``.
     """
-    params = _validate(STORAGE_STALL, {"ops": ops, "within": within, "duration_s": duration_s,
+    params = validated(STORAGE_STALL, {"ops": ops, "within": within, "duration_s": duration_s,
                                        "mechanism": mechanism})
     return _inject(STORAGE_STALL, "stall", storage, params, lease_s)
 
@@ -53,7 +54,7 @@ def errors(storage: dict[str, Any], errno: str = "EIO", percent: float = 100.0,
     retries it with back-off. ``ops: [write, create, fsync]`` with ``errno: ENOSPC`` is a
     full disk for a checkpoint writer.
     """
-    params = _validate(STORAGE_ERRORS, {"errno": errno, "percent": percent, "ops": ops,
+    params = validated(STORAGE_ERRORS, {"errno": errno, "percent": percent, "ops": ops,
                                         "within": within, "duration_s": duration_s})
     return _inject(STORAGE_ERRORS, "errors", storage, params, lease_s)
 
@@ -64,7 +65,7 @@ def slow(storage: dict[str, Any], latency_ms: float, jitter_ms: float = 0.0,
     """Delay each selected operation (default all) by ``latency_ms`` plus a uniform
     random ``0..jitter_ms``. The kernel caches nothing on the fault filesystem, so every
     read and write of the application meets the delay."""
-    params = _validate(STORAGE_SLOW, {"latency_ms": latency_ms, "jitter_ms": jitter_ms,
+    params = validated(STORAGE_SLOW, {"latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                       "ops": ops, "within": within, "duration_s": duration_s})
     return _inject(STORAGE_SLOW, "slow", storage, params, lease_s)
 
@@ -79,17 +80,8 @@ def revert_storage() -> dict[str, Any]:
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    try:
-        return revert_session()
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
+    return revert_run()
 
-
-def _validate(kind: FaultKind, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return kind.validate(arguments)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:

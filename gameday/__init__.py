@@ -1,3 +1,26 @@
 """gameday: chaos engineering and resilience testing for GPU / AI infrastructure."""
 
 __version__ = "0.1.0"
+
+
+def _import_structlog_without_rich() -> None:
+    """Import structlog without its optional rich integration.
+
+    structlog pulls in rich (~80 ms at every start) only to pretty-print tracebacks on a
+    console, which gameday never asks it to do; every command pays for it otherwise.
+    Reports that use rich still import it normally afterwards.
+    """
+    import sys
+
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]
+    try:
+        import structlog
+        import structlog.dev
+        import structlog.tracebacks  # noqa: F401
+    finally:
+        del sys.modules["rich"]
+
+
+_import_structlog_without_rich()

@@ -15,17 +15,16 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import chaoslib
 from chaoslib.rollback import run_rollbacks
 from chaoslib.run import Runner
 from chaoslib.types import Strategy
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import gameday
 from faults.catalogue import by_activity
-from gameday import paths, signals, signing, targetconfig
+from gameday import paths, signals, targetconfig
 from gameday import session as sessions
 from gameday.errors import GamedayError, InvalidInput
 from gameday.journal import write_journal
@@ -36,6 +35,9 @@ from gameday.redaction import experiment_secrets, scrub
 from gameday.report.terminal import print_verdict
 from gameday.targets import GpuRef, Target, open_target
 from gameday.verdict import Verdict, judge
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 CONTROL = {"name": "gameday", "provider": {"type": "python", "module": "gameday.controls"}}
 SETTINGS = {"runtime": {"rollbacks": {"strategy": "always"}}}
@@ -169,7 +171,11 @@ def run(options: RunOptions) -> RunOutcome:
     """Run one experiment file; return its exit code (and journal path)."""
     loaded = load_experiment(options.path)
     config = targetconfig.from_environment(options.target_config)
-    sign_key = signing.load_private(options.sign_key) if options.sign_key else None
+    sign_key = None
+    if options.sign_key:
+        from gameday import signing  # cryptography loads only for signed runs
+
+        sign_key = signing.load_private(options.sign_key)
     kind = options.target or loaded.extension.target or "none"
     signals.reset()
     signals.install()
@@ -232,7 +238,7 @@ def _secrets(experiment: dict[str, Any], target: Target | None) -> set[str]:
 
 def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.Session,
              kind: str, options: RunOptions,
-             sign_key: Ed25519PrivateKey | None = None) -> RunOutcome:
+             sign_key: "Ed25519PrivateKey | None" = None) -> RunOutcome:
     experiment = copy.deepcopy(loaded.experiment)
     experiment["configuration"] = _configuration(experiment, target, options.variables)
     controls = experiment.setdefault("controls", [])

@@ -6,12 +6,9 @@ a file the verdict table is the same rows as aligned plain text, so logs stay gr
 
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from gameday.play import PlaybookRun
 
 PIPE_WIDTH = 240
@@ -72,8 +69,10 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def console_for(out: TextIO) -> Console:
+def console_for(out: TextIO) -> "Console":
     """A rich console on ``out``: live width on a terminal, wide and plain in a pipe."""
+    from rich.console import Console  # rich loads only when a table is drawn
+
     terminal = out.isatty() if hasattr(out, "isatty") else False
     return Console(file=out, highlight=False, width=None if terminal else PIPE_WIDTH,
                    no_color=not terminal, force_terminal=terminal)
@@ -98,6 +97,10 @@ def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
         for what, verdict, detail in rows:
             print(f"{what.ljust(width)}  {verdict.ljust(7)}  {detail}", file=out)
         return
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("check", "verdict", "detail", box=box.SIMPLE_HEAD, pad_edge=False)
     for what, verdict, detail in rows:
         table.add_row(Text(what), _verdict_cell(verdict), Text(detail))
@@ -106,8 +109,12 @@ def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
     console.print(table)
 
 
-def print_playbook(result: "PlaybookRun", console: Console) -> None:
+def print_playbook(result: "PlaybookRun", console: "Console") -> None:
     """One row per experiment of a game day: expected vs actual, RTO, journal hash."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     from gameday.gate import projections
 
     table = Table("experiment", "expect", "outcome", "as expected", "RTO", "journal sha256",

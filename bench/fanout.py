@@ -16,7 +16,8 @@ are on disk (fsync'd), in both timed parts.
 Timed, in one run:
 
 - fan-out: the action ``faults.gpu.ecc_error(gpu={percent: 100})`` (one activity:
-  1,024 GPUs, concurrently through :mod:`gameday.fanout`), then ``faults.gpu.revert``;
+  1,024 GPUs, concurrently through :mod:`gameday.fanout`: one batch request per agent,
+  ``POST /v1/faults:batch``), then ``faults.gpu.revert`` (one ``:batch-revert`` per agent);
 - sequential: for every GPU, ``faults.gpu.ecc_error(gpu={node, index})`` then
   ``faults.gpu.revert`` as plain activities through chaoslib's ``run_activity``.
 

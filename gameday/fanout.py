@@ -1,15 +1,17 @@
 """Fan-out: one fault kind on many GPUs (a fleet) at once, with a result per target.
 
-Targets are grouped by node: each node's requests go one after the other on that
-node's agent connection (an agent saves its state per change anyway), and up to
-``concurrency`` nodes are worked on at once. A request that fails for a reason that may
-pass (agent unreachable, timeout, ``5xx``, ``429``) is retried with exponential back-off
-(tenacity, on an injectable sleep); a refusal (``4xx``: bad parameters, conflict,
-unknown kind) is not. Every target gets a :class:`TargetResult`.
+Targets are grouped by node, and each node's targets go to its agent in ONE batch
+request (``POST /v1/faults:batch``, up to 1,024 per request; docs/agent-api.md), which
+the agent applies all or nothing under one state write; up to ``concurrency`` nodes are
+worked on at once. A batch that fails for a reason that may pass (agent unreachable,
+timeout, ``5xx``, ``429``) is retried whole with exponential back-off (tenacity, on an
+injectable sleep); a refusal (``4xx``: bad parameters, conflict, unknown kind) is not.
+Every target gets a :class:`TargetResult`: the refused one says why, the others of its
+batch say they were not applied because of it.
 
-If any target failed, everything this fan-out applied is reverted (concurrently, the
-same way) and the report says which targets failed and why, and what was rolled back:
-a fleet fault is all or nothing.
+If any target failed, everything this fan-out applied is reverted (one batch revert per
+node, concurrently) and the report says which targets failed and why, and what was
+rolled back: a fleet fault is all or nothing.
 
 :func:`inject_gpus` is the fault actions' path (through the run's session, so its
 allowlist, target locks and lease renewals apply; the ledger records the applied
@@ -35,14 +37,17 @@ from tenacity import (
 )
 
 from gameday import signals
-from gameday.errors import AgentError, GamedayError
+from gameday.agent.client import BatchFailed
+from gameday.agent.protocol import MAX_BATCH_ITEMS
+from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError
 from gameday.ledger import FaultEntry
+from gameday.locks import target_key
 from gameday.targets import GpuRef
 
 if TYPE_CHECKING:
     from gameday.session import Session
 
-__all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "TargetResult", "fan_out",
+__all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "NotApplied", "TargetResult", "fan_out",
            "inject_gpus", "revert_entries"]
 
 log = structlog.get_logger("gameday.fanout")
@@ -125,6 +130,11 @@ class FanoutFailed(GamedayError):
         super().__init__(f"fan-out failed: {report.summary()}")
 
 
+class NotApplied(GamedayError):
+    """A target of a batch that the agent did not apply because another target of the
+    same batch failed (all or nothing per agent)."""
+
+
 def _transient(exc: BaseException) -> bool:
     """Worth another try: unreachable/timeout (no status), 5xx, 429."""
     if not isinstance(exc, AgentError):
@@ -140,50 +150,73 @@ class _Outcome(Generic[J]):
     attempts: int
 
 
-def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: Callable[[J], Any],
+def _retrying(options: FanoutOptions) -> Retrying:
+    """Tries again what raised a transient failure, with exponential back-off."""
+    return Retrying(stop=stop_after_attempt(max(1, options.attempts)),
+                    wait=wait_exponential(multiplier=options.backoff_s, max=2.0),
+                    retry=retry_if_exception(_transient), sleep=options.sleep, reraise=True)
+
+
+#: One batch's results, a value or the exception for each job, in the batch's order.
+BatchCall = Callable[[str, list[J]], list[Any]]
+
+
+def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
             options: FanoutOptions = FanoutOptions(),
             sink: list[_Outcome[J]] | None = None) -> list[_Outcome[J]]:
-    """Run ``call(job)`` for every job, a node's jobs in order, ``concurrency`` nodes at
-    once, retrying transient failures; outcomes in the order of ``jobs``. Each outcome is
-    also appended to ``sink`` as it comes, so a caller interrupted meanwhile (a signal,
-    an activity timeout) still knows what was done: the pool is joined before the
-    interruption leaves this function."""
+    """Run ``call(node, batch)`` for every node's jobs (in batches of at most 1,024, one
+    after the other), ``concurrency`` nodes at once, retrying a batch whose call raised a
+    transient failure; ``call`` returns a value or an exception per job. Outcomes come in
+    the order of ``jobs``. Each outcome is also appended to ``sink`` as it comes, so a
+    caller interrupted meanwhile (a signal, an activity timeout) still knows what was
+    done: the pool is joined before the interruption leaves this function."""
     by_node: dict[str, list[tuple[int, J]]] = defaultdict(list)
     for position, job in enumerate(jobs):
         by_node[node_of(job)].append((position, job))
     outcomes: list[_Outcome[J] | None] = [None] * len(jobs)
 
-    def one(job: J) -> _Outcome[J]:
+    def batch(node: str, items: list[tuple[int, J]]) -> list[_Outcome[J]]:
         tries = 0
+        batch_jobs = [job for _, job in items]
 
-        def attempt() -> Any:
+        def attempt() -> list[Any]:
             nonlocal tries
             tries += 1
-            return call(job)
+            return call(node, batch_jobs)
 
-        retrying = Retrying(stop=stop_after_attempt(max(1, options.attempts)),
-                            wait=wait_exponential(multiplier=options.backoff_s, max=2.0),
-                            retry=retry_if_exception(_transient), sleep=options.sleep,
-                            reraise=True)
         try:
-            return _Outcome(job, retrying(attempt), None, tries)
+            values = _retrying(options)(attempt)
         except Exception as exc:
-            return _Outcome(job, None, exc, tries)
+            return [_Outcome(job, None, exc, tries) for job in batch_jobs]
+        return [_Outcome(job, None, value, tries) if isinstance(value, BaseException)
+                else _Outcome(job, value, None, tries)
+                for job, value in zip(batch_jobs, values, strict=True)]
 
-    def node_worker(items: list[tuple[int, J]]) -> None:
-        for position, job in items:
-            outcomes[position] = outcome = one(job)
+    def node_worker(node: str, items: list[tuple[int, J]]) -> None:
+        for start in range(0, len(items), MAX_BATCH_ITEMS):
+            chunk = items[start:start + MAX_BATCH_ITEMS]
+            done = batch(node, chunk)
+            for (position, _), outcome in zip(chunk, done, strict=True):
+                outcomes[position] = outcome
             if sink is not None:
-                sink.append(outcome)
+                sink.extend(done)
 
     workers = max(1, min(options.concurrency, len(by_node)))
     if workers == 1:
-        for items in by_node.values():
-            node_worker(items)
+        for node, items in by_node.items():
+            node_worker(node, items)
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fanout") as pool:
-            list(pool.map(node_worker, by_node.values()))
+            list(pool.map(node_worker, by_node.keys(), by_node.values()))
     return [o for o in outcomes if o is not None]
+
+
+def _one_failed(batch: Sequence["GpuRef"], position: int, exc: BaseException
+                ) -> list[FaultEntry | BaseException]:
+    """Results of a batch refused because of one target: its error, and NotApplied for
+    the others (nothing of the batch is applied)."""
+    why = NotApplied(f"not applied: {batch[position].label()} in the same batch failed")
+    return [exc if i == position else why for i in range(len(batch))]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -201,11 +234,34 @@ def inject_gpus(session: "Session", gpus: Sequence["GpuRef"], *, kind: str,
     GPU).
     """
     started = time.monotonic()
+    target = session.require_target()
+    lease = float(lease_s or session.extension.lease_s)
 
-    def apply(gpu: "GpuRef") -> FaultEntry:
-        return session.inject(node=gpu.node, kind=kind, target={"gpu": gpu.index},
-                              params=dict(params), action=action, lease_s=lease_s,
-                              record=False)
+    def apply(node: str, batch: list["GpuRef"]) -> list[FaultEntry | BaseException]:
+        client = target.agent(node)
+        if not session.target_config.node_allowed(node):
+            raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
+                                      f"{session.target_config.source}; nothing injected")
+        for position, gpu in enumerate(batch):  # the target locks, before the agent
+            try:
+                session.locks.acquire(target_key(node, {"gpu": gpu.index}))
+            except GamedayError as exc:
+                return _one_failed(batch, position, exc)
+        try:
+            faults = client.inject_many([
+                {"kind": kind, "target": {"gpu": gpu.index}, "params": params,
+                 "lease_s": lease} for gpu in batch])
+        except BatchFailed as exc:
+            if _transient(exc) or exc.index is None or not 0 <= exc.index < len(batch):
+                raise  # the whole batch: retried if it may pass
+            return _one_failed(batch, exc.index, exc)
+        return [FaultEntry(
+            id=str(fault["id"]), kind=kind, node=node, agent_url=client.url,
+            target={"gpu": gpu.index}, params=dict(params),
+            injected_at=str(fault.get("injected_at", "")),
+            applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
+            lease_s=lease, action=action, details=dict(fault.get("details") or {}))
+            for gpu, fault in zip(batch, faults, strict=True)]
 
     done: list[_Outcome[GpuRef]] = []
     try:
@@ -247,8 +303,27 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
     fault that could not be reverted (``"<kind> <id> on <node>: <why>"``)."""
     target = session.require_target()
 
-    def revert(entry: FaultEntry) -> dict[str, Any]:
-        return target.agent(entry.node).revert(entry.id)
+    def revert(node: str, batch: list[FaultEntry]) -> list[dict[str, Any] | BaseException]:
+        client = target.agent(node)
+        done: dict[str, Any] = {}
+        pending = [entry.id for entry in batch]
+
+        def once() -> None:  # ids that failed for a reason that may pass are tried again
+            nonlocal pending
+            result = client.revert_many(pending)
+            done.update(result.done)
+            done.update(result.failed)
+            pending = [i for i, exc in result.failed.items() if _transient(exc)]
+            if pending:
+                raise result.failed[pending[0]]
+
+        try:
+            _retrying(options)(once)
+        except AgentError as exc:  # the batch's error for each fault without its own
+            for fault_id in pending:
+                done.setdefault(fault_id, exc)
+        missing = AgentError(f"agent of {node}: no answer for this fault")
+        return [done.get(entry.id, missing) for entry in batch]
 
     finished: list[_Outcome[FaultEntry]] = []
     try:

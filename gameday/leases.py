@@ -12,6 +12,7 @@ from typing import Protocol
 import structlog
 
 from gameday.agent.client import AgentClient, LeaseLost
+from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import AgentError, GamedayError
 from gameday.ledger import FaultEntry, Ledger
@@ -59,11 +60,42 @@ class LeaseRenewer:
             self._thread = None
 
     def renew_due(self) -> None:
-        """Renew every active fault whose lease is more than a third gone."""
+        """Renew every active fault whose lease is more than a third gone; an agent's due
+        faults (of one lease length) in one request when there are several."""
         now = self.clock.now()
+        per_agent: dict[tuple[str, float], list[FaultEntry]] = {}
         for entry in self.ledger.active():
             if entry.expires_at - now <= entry.lease_s * 2 / 3:
-                self._renew(entry)
+                if entry.via == "agent" and entry.node in self.clients:
+                    per_agent.setdefault((entry.node, entry.lease_s), []).append(entry)
+                else:
+                    self._renew(entry)
+        for (node, lease_s), entries in per_agent.items():
+            if len(entries) == 1:  # one fault: the plain renew
+                self._renew(entries[0])
+                continue
+            for start in range(0, len(entries), MAX_BATCH_ITEMS):
+                self._renew_many(self.clients[node], entries[start:start + MAX_BATCH_ITEMS],
+                                 lease_s)
+
+    def _renew_many(self, client: AgentClient, entries: list[FaultEntry],
+                    lease_s: float) -> None:
+        try:
+            result = client.renew_many([entry.id for entry in entries], lease_s)
+        except AgentError as exc:
+            log.warning("lease renewal failed", faults=len(entries), error=str(exc))
+            return
+        renewed: list[tuple[str, float]] = []
+        for entry in entries:
+            fault, error = result.done.get(entry.id), result.failed.get(entry.id)
+            if fault is not None:
+                renewed.append((entry.id, float(fault["expires_at"])))
+            elif isinstance(error, LeaseLost):
+                self.ledger.record_reverted(entry.id, self.clock.now(), "lease-lost")
+                log.warning("lease lost", fault=entry.id, kind=entry.kind, error=str(error))
+            else:
+                log.warning("lease renewal failed", fault=entry.id, error=str(error))
+        self.ledger.record_renewed_many(renewed)
 
     def _renew(self, entry: FaultEntry) -> None:
         if entry.via != "agent":

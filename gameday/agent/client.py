@@ -9,13 +9,15 @@ fault the agent already reverted raises :class:`LeaseLost`.
 import http.client
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.errors import AgentError
 
-__all__ = ["AgentClient", "LeaseLost"]
+__all__ = ["AgentClient", "BatchFailed", "BatchResult", "LeaseLost"]
 
 
 class LeaseLost(AgentError):
@@ -26,6 +28,29 @@ class LeaseLost(AgentError):
                  fault: Mapping[str, Any] | None = None) -> None:
         self.fault: dict[str, Any] = dict(fault or {})
         super().__init__(message, status=status)
+
+
+class BatchFailed(AgentError):
+    """The agent refused a batch inject: item ``index`` failed (``status`` is that item's
+    status), and the agent reverted the items it had applied before it; nothing of the
+    batch stays applied (ids in ``revert_failed`` are being retried by the agent)."""
+
+    def __init__(self, message: str, *, status: int | None, index: int | None,
+                 rolled_back: Sequence[str] = (), revert_failed: Sequence[str] = ()) -> None:
+        self.index = index
+        self.rolled_back = list(rolled_back)
+        self.revert_failed = list(revert_failed)
+        super().__init__(message, status=status)
+
+
+@dataclass
+class BatchResult:
+    """A batch revert or renew: the faults done (by id), and the ids that failed, each
+    with its error (``status`` is that id's status: ``404`` unknown, ``410`` already
+    reverted on renew (a :class:`LeaseLost`), ``500`` the backend failed to revert)."""
+
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: dict[str, AgentError] = field(default_factory=dict)
 
 
 # A request on a kept-alive connection that the agent had already closed fails with
@@ -95,6 +120,45 @@ class AgentClient:
         """Revert the fault (idempotent); returns it with ``reverted_at``."""
         return self._call("DELETE", f"/v1/faults/{_quote(fault_id)}")
 
+    def inject_many(self, faults: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Apply many faults (each ``{"kind", "target", "params"?, "lease_s"}``) in one
+        request, all or nothing; returns the faults in order. Raises :class:`BatchFailed`
+        (which item, why) when the agent refused one: then none of them is applied.
+
+        At most 1,024 faults (``MAX_BATCH_ITEMS``) per call."""
+        _check_size(len(faults))
+        body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
+                            "params": dict(f.get("params") or {}), "lease_s": f["lease_s"]}
+                           for f in faults]}
+        try:
+            answer = self._call("POST", "/v1/faults:batch", body)
+        except _Refused as refused:
+            raise BatchFailed(refused.message, status=refused.status,
+                              index=refused.answer.get("index"),
+                              rolled_back=refused.answer.get("rolled_back") or (),
+                              revert_failed=refused.answer.get("revert_failed") or ()) from None
+        applied = answer.get("faults")
+        if not isinstance(applied, list) or len(applied) != len(faults):
+            raise AgentError(f"agent {self.url}: POST /v1/faults:batch answered "
+                             f"{len(applied) if isinstance(applied, list) else 'no'} faults "
+                             f"for {len(faults)}")
+        return applied
+
+    def revert_many(self, fault_ids: Sequence[str]) -> BatchResult:
+        """Revert many faults in one request (idempotent, as :meth:`revert`); at most
+        1,024 ids per call."""
+        _check_size(len(fault_ids))
+        return self._batch("/v1/faults:batch-revert", {"ids": list(fault_ids)})
+
+    def renew_many(self, fault_ids: Sequence[str], lease_s: float | None = None) -> BatchResult:
+        """Renew many leases in one request (by each fault's own ``lease_s`` unless
+        given); an id the agent already reverted fails with :class:`LeaseLost`."""
+        _check_size(len(fault_ids))
+        body: dict[str, Any] = {"ids": list(fault_ids)}
+        if lease_s is not None:
+            body["lease_s"] = lease_s
+        return self._batch("/v1/faults:batch-renew", body)
+
     def faults(self, include_reverted: bool = False) -> list[dict[str, Any]]:
         """Active faults; with ``include_reverted``, the recently reverted ones too."""
         path = "/v1/faults?all=1" if include_reverted else "/v1/faults"
@@ -108,6 +172,23 @@ class AgentClient:
         return self._call("GET", f"/v1/faults/{_quote(fault_id)}")
 
     # -- transport -------------------------------------------------------------------
+
+    def _batch(self, path: str, body: dict[str, Any]) -> BatchResult:
+        answer = self._call("POST", path, body)
+        done, failed = answer.get("faults"), answer.get("failed")
+        if not isinstance(done, list) or not isinstance(failed, list):
+            raise AgentError(f"agent {self.url}: POST {path} answered without faults/failed")
+        result = BatchResult(done={str(f["id"]): f for f in done})
+        for item in failed:
+            where = f"agent {self.url}: POST {path}: {item.get('id')} -> {item.get('status')}"
+            message = f"{where}: {item.get('error')}"
+            status = item.get("status") if isinstance(item.get("status"), int) else None
+            if status == 410:
+                result.failed[str(item["id"])] = LeaseLost(message, status=status,
+                                                           fault=item.get("fault"))
+            else:
+                result.failed[str(item["id"])] = AgentError(message, status=status)
+        return result
 
     def _call(self, method: str, path: str, body: object = None) -> dict[str, Any]:
         where = f"agent {self.url}: {method} {path.partition('?')[0]}"
@@ -131,6 +212,8 @@ class AgentClient:
         message = f"{where} -> {status}: {error or http.client.responses.get(status, '?')}"
         if status == 410 and isinstance(answer, dict):
             raise LeaseLost(message, status=status, fault=answer)
+        if path == "/v1/faults:batch" and isinstance(answer, dict) and "index" in answer:
+            raise _Refused(message, status=status, answer=answer)
         raise AgentError(message, status=status)
 
     def _exchange(self, where: str, method: str, path: str, payload: bytes | None,
@@ -177,6 +260,21 @@ class AgentClient:
             self._conn.close()
             self._conn = None
             self._conn_used = False
+
+
+class _Refused(AgentError):
+    """A batch inject answered non-2xx with the agent's details (turned into
+    :class:`BatchFailed` by :meth:`AgentClient.inject_many`)."""
+
+    def __init__(self, message: str, *, status: int, answer: dict[str, Any]) -> None:
+        self.message = message
+        self.answer = answer
+        super().__init__(message, status=status)
+
+
+def _check_size(count: int) -> None:
+    if not 1 <= count <= MAX_BATCH_ITEMS:
+        raise AgentError(f"a batch holds 1 to {MAX_BATCH_ITEMS} items, got {count}")
 
 
 def _quote(fault_id: str) -> str:

@@ -17,11 +17,15 @@ from gameday.errors import InvalidInput
 __all__ = [
     "LEASE_MAX_S",
     "LEASE_MIN_S",
+    "MAX_BATCH_BODY_BYTES",
+    "MAX_BATCH_ITEMS",
     "MAX_BODY_BYTES",
     "REVERT_REASONS",
     "RevertReason",
     "check_lease",
     "decode_body",
+    "parse_batch_ids",
+    "parse_batch_inject",
     "parse_inject",
     "parse_renew",
 ]
@@ -33,6 +37,10 @@ LEASE_MAX_S: Final = 3600.0
 #: Largest request body the agent reads; larger ones get ``413``.
 MAX_BODY_BYTES: Final = 64 * 1024
 
+#: Most items in one batch request, and the largest batch body the agent reads.
+MAX_BATCH_ITEMS: Final = 1024
+MAX_BATCH_BODY_BYTES: Final = 1024 * 1024
+
 #: Why a fault was reverted (``revert_reason``).
 RevertReason = Literal["requested", "lease-expired", "agent-shutdown", "agent-restart"]
 REVERT_REASONS: Final[tuple[RevertReason, ...]] = (
@@ -40,6 +48,9 @@ REVERT_REASONS: Final[tuple[RevertReason, ...]] = (
 
 _INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s")
 _RENEW_FIELDS: Final = ("lease_s",)
+_BATCH_INJECT_FIELDS: Final = ("faults",)
+_BATCH_IDS_FIELDS: Final = ("ids",)
+_BATCH_RENEW_FIELDS: Final = ("ids", "lease_s")
 
 
 def _reject_constant(name: str) -> Any:
@@ -125,3 +136,47 @@ def parse_renew(body: object) -> float | None:
     if "lease_s" not in obj:
         return None
     return check_lease(obj["lease_s"])
+
+
+def _batch_list(obj: Mapping[str, Any], field: str) -> list[Any]:
+    if field not in obj:
+        raise InvalidInput(f"missing field {field!r}")
+    items = obj[field]
+    if not isinstance(items, list):
+        raise InvalidInput(f"{field} must be a JSON array, got {_json_type(items)}")
+    if not 1 <= len(items) <= MAX_BATCH_ITEMS:
+        raise InvalidInput(f"{field} must hold 1 to {MAX_BATCH_ITEMS} items, got {len(items)}")
+    return items
+
+
+def parse_batch_inject(body: object) -> list[tuple[FaultRequest, float]]:
+    """Parse ``{"faults": [inject body, ...]}`` (1..1024 items, each as
+    :func:`parse_inject`); an item's error names its index (``faults[3]: ...``)."""
+    obj = _json_object(body, "body")
+    _check_fields(obj, _BATCH_INJECT_FIELDS)
+    parsed = []
+    for index, item in enumerate(_batch_list(obj, "faults")):
+        try:
+            parsed.append(parse_inject(item))
+        except InvalidInput as exc:
+            raise InvalidInput(f"faults[{index}]: {exc}") from None
+    return parsed
+
+
+def parse_batch_ids(body: object, *, renew: bool = False) -> tuple[list[str], float | None]:
+    """Parse ``{"ids": [fault id, ...]}`` (1..1024 distinct non-empty strings); with
+    ``renew``, an optional ``lease_s`` too (``None`` keeps each fault's own lease)."""
+    obj = _json_object(body, "body")
+    _check_fields(obj, _BATCH_RENEW_FIELDS if renew else _BATCH_IDS_FIELDS)
+    ids = _batch_list(obj, "ids")
+    for index, fault_id in enumerate(ids):
+        if not isinstance(fault_id, str) or not fault_id:
+            raise InvalidInput(f"ids[{index}] must be a non-empty string, got "
+                               f"{_json_type(fault_id)}")
+    seen: set[str] = set()
+    for fault_id in ids:
+        if fault_id in seen:
+            raise InvalidInput(f"ids holds {fault_id!r} more than once")
+        seen.add(fault_id)
+    lease_s = check_lease(obj["lease_s"]) if renew and "lease_s" in obj else None
+    return ids, lease_s

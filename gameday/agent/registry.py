@@ -12,7 +12,6 @@ A fault is written to the state file (``applying``) before the backend applies i
 a crash at any point leaves nothing applied that the next start does not revert.
 """
 
-import contextlib
 import dataclasses
 import json
 import pathlib
@@ -35,6 +34,7 @@ from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
 
 __all__ = [
     "AgentClosing",
+    "BatchRejected",
     "Fault",
     "FaultConflict",
     "FaultGone",
@@ -77,6 +77,20 @@ class RevertFailed(GamedayError):
 
 class AgentClosing(GamedayError):
     """The agent is shutting down and applies nothing more (``503``)."""
+
+
+class BatchRejected(GamedayError):
+    """Item ``index`` of a batch apply failed with ``cause``; nothing of the batch stays
+    applied (``rolled_back`` lists the ids of the items applied before it, now reverted;
+    an id in ``revert_failed`` could not be reverted yet and is retried like any other)."""
+
+    def __init__(self, index: int, cause: BaseException, *, rolled_back: list[str],
+                 revert_failed: list[str]) -> None:
+        self.index = index
+        self.cause = cause
+        self.rolled_back = rolled_back
+        self.revert_failed = revert_failed
+        super().__init__(f"faults[{index}]: {_one_line(cause)}")
 
 
 @dataclass(frozen=True)
@@ -264,6 +278,157 @@ class FaultRegistry:
             self.revert(fault.id, "agent-shutdown")
         return fault
 
+    def apply_many(self, items: list[tuple[FaultRequest, float]]) -> list[Fault]:
+        """Apply every ``(request, lease_s)`` of a batch, all or nothing, in order.
+
+        The batch is saved once before the backend applies anything (``applying``) and
+        once after (``active``): two state writes for the batch, not two per fault. If
+        an item is refused (unknown kind, bad lease, conflict with an active fault or an
+        earlier item, the backend's refusal or failure), the items applied before it are
+        reverted and :class:`BatchRejected` names it; :class:`AgentClosing` if the agent
+        is shutting down (nothing applied).
+        """
+        kinds = self.kinds()
+        checked: list[tuple[FaultRequest, float]] = []
+        for index, (request, lease_s) in enumerate(items):
+            try:
+                lease_s = check_lease(lease_s)
+                if request.kind not in kinds:
+                    raise InvalidInput(
+                        f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
+                        f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
+            except InvalidInput as exc:
+                raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
+            checked.append((FaultRequest(kind=request.kind, target=dict(request.target),
+                                         params=dict(request.params)), lease_s))
+        with self._cond:
+            if self._closed:
+                raise AgentClosing(f"agent on node {self.node} is shutting down")
+            taken: dict[str, list[Fault]] = {}
+            for other in self._live.values():
+                taken.setdefault(other.fault.kind, []).append(other.fault)
+            now = self._clock.now()
+            entries: list[_Entry] = []
+            for index, (request, lease_s) in enumerate(checked):
+                same = next((f for f in taken.get(request.kind, ())
+                             if f.target == request.target), None)
+                if same is not None:
+                    where = "an earlier item" if any(e.fault is same for e in entries) else ""
+                    conflict = FaultConflict(
+                        f"{request.kind} is already active on target "
+                        f"{_compact(request.target)} as {where or same.id}; revert it first",
+                        existing=same)
+                    raise BatchRejected(index, conflict, rolled_back=[], revert_failed=[])
+                fault = Fault(id=f"f-{uuid.uuid4().hex}", kind=request.kind,
+                              target=dict(request.target), params=dict(request.params),
+                              lease_s=lease_s,
+                              injected_at=kinds[request.kind], applied_at=now,
+                              expires_at=now + lease_s)
+                entries.append(_Entry(fault=fault, state="applying"))
+                taken.setdefault(request.kind, []).append(fault)
+            for entry in entries:
+                self._live[entry.fault.id] = entry
+            try:
+                self._save(strict=True)
+            except BaseException:
+                for entry in entries:
+                    del self._live[entry.fault.id]
+                raise
+        details: list[dict[str, Any]] = []
+        for index, entry in enumerate(entries):
+            try:
+                details.append(_plain(self.backend.apply(entry.fault.id, entry.fault.request)))
+            except BaseException as exc:
+                rejected = self._undo_batch(entries, index, exc)
+                if isinstance(exc, Exception):
+                    raise rejected from exc
+                raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
+        with self._cond:
+            now = self._clock.now()
+            for entry, detail in zip(entries, details, strict=True):
+                entry.fault = dataclasses.replace(entry.fault, applied_at=now,
+                                                  expires_at=now + entry.fault.lease_s,
+                                                  details=detail)
+                entry.state = "active"
+            self._save(strict=False)
+            self._cond.notify_all()
+            closing = self._closed
+        applied = [entry.fault for entry in entries]
+        for fault in applied:
+            self.metrics.applied(fault.kind)
+            self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
+                           target=fault.target, lease_s=fault.lease_s,
+                           injected_at=fault.injected_at, expires_at=fault.expires_at)
+        if closing:
+            self.revert_many([fault.id for fault in applied], "agent-shutdown")
+        return applied
+
+    def revert_many(self, fault_ids: list[str], reason: RevertReason = "requested"
+                    ) -> list[Fault | GamedayError]:
+        """Revert many faults with one state write; a result per id, in order: the
+        reverted fault (idempotent, as :meth:`revert`), or the error for that id
+        (:class:`UnknownFault`, :class:`RevertFailed`)."""
+        _distinct(fault_ids)
+        results: list[Fault | GamedayError | None] = []
+        claimed: list[tuple[int, _Entry]] = []
+        with self._cond:
+            for fault_id in fault_ids:
+                try:
+                    entry = self._settled(fault_id)
+                except (UnknownFault, RevertFailed) as exc:
+                    results.append(exc)
+                    continue
+                if entry is None:
+                    results.append(self._history[fault_id])
+                    continue
+                entry.state = "reverting"
+                claimed.append((len(results), entry))
+                results.append(None)
+        finished = self._finish_batch([(entry, reason) for _, entry in claimed])
+        for (position, _), result in zip(claimed, finished, strict=True):
+            results[position] = result
+        return [r for r in results if r is not None]
+
+    def renew_many(self, fault_ids: list[str], lease_s: float | None = None
+                   ) -> list[Fault | GamedayError]:
+        """Renew many leases with one state write; a result per id, in order: the renewed
+        fault, or the error for that id (:class:`UnknownFault`, :class:`FaultGone`; a
+        lease already run out is reverted here, ``lease-expired``, as :meth:`renew`)."""
+        _distinct(fault_ids)
+        if lease_s is not None:
+            lease_s = check_lease(lease_s)
+        results: list[Fault | GamedayError | None] = []
+        expired: list[tuple[int, _Entry]] = []
+        with self._cond:
+            now = self._clock.now()
+            for fault_id in fault_ids:
+                try:
+                    entry = self._settled(fault_id)
+                except (UnknownFault, RevertFailed) as exc:
+                    results.append(exc)
+                    continue
+                if entry is None:
+                    results.append(_gone(self._history[fault_id]))
+                elif entry.fault.expires_at > now:
+                    new_lease = entry.fault.lease_s if lease_s is None else lease_s
+                    entry.fault = dataclasses.replace(
+                        entry.fault, lease_s=new_lease, expires_at=now + new_lease)
+                    results.append(entry.fault)
+                else:
+                    entry.state = "reverting"
+                    expired.append((len(results), entry))
+                    results.append(None)
+            if any(isinstance(r, Fault) for r in results):
+                self._save(strict=False)
+        renewed = [r for r in results if isinstance(r, Fault)]
+        if renewed:
+            self._log.info("faults.renewed", count=len(renewed),
+                           fault_ids=[f.id for f in renewed])
+        finished = self._finish_batch([(entry, "lease-expired") for _, entry in expired])
+        for (position, _), result in zip(expired, finished, strict=True):
+            results[position] = _gone(result) if isinstance(result, Fault) else result
+        return [r for r in results if r is not None]
+
     def renew(self, fault_id: str, lease_s: float | None = None) -> Fault:
         """Extend a fault's lease to ``now + lease_s`` (default: its current ``lease_s``).
 
@@ -402,38 +567,87 @@ class FaultRegistry:
             self._cond.wait(remaining)
 
     def _finish_all(self, due: list[tuple[_Entry, RevertReason]]) -> list[Fault]:
-        done: list[Fault] = []
-        for entry, reason in due:
-            with contextlib.suppress(RevertFailed):  # logged; reap() retries it
-                done.append(self._finish_revert(entry, reason))
-        return done
+        # a failed revert is logged and retried by reap()
+        return [r for r in self._finish_batch(due) if isinstance(r, Fault)]
 
     def _finish_revert(self, entry: _Entry, reason: RevertReason) -> Fault:
         """Revert a claimed entry (state ``reverting``) through the backend."""
-        fault = entry.fault
-        try:
-            self.backend.revert(fault.id, fault.request)
-        except Exception as exc:
-            with self._cond:
-                entry.state = "active"
-                entry.retry_reason = reason
-                entry.retry_at = self._clock.now() + REVERT_RETRY_S
-                self._cond.notify_all()
-            self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
-                            reason=reason, error=_one_line(exc))
-            raise RevertFailed(f"backend {self.backend.name} failed to revert {fault.id} "
-                               f"({fault.kind}): {_one_line(exc)}; retrying") from exc
+        [result] = self._finish_batch([(entry, reason)])
+        if isinstance(result, RevertFailed):
+            raise result
+        return result
+
+    def _finish_batch(self, due: list[tuple[_Entry, RevertReason]]
+                      ) -> list[Fault | RevertFailed]:
+        """Revert claimed entries (state ``reverting``) through the backend, one after
+        the other, then save the state once; a result per entry, in order. An entry
+        whose revert failed goes back to ``active`` and is retried every second."""
+        if not due:
+            return []
+        results: list[Fault | RevertFailed] = []
+        for entry, reason in due:
+            fault = entry.fault
+            try:
+                self.backend.revert(fault.id, fault.request)
+            except Exception as exc:
+                self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
+                                reason=reason, error=_one_line(exc))
+                results.append(RevertFailed(
+                    f"backend {self.backend.name} failed to revert {fault.id} "
+                    f"({fault.kind}): {_one_line(exc)}; retrying"))
+                continue
+            results.append(dataclasses.replace(fault, reverted_at=self._clock.now(),
+                                               revert_reason=reason))
         with self._cond:
-            done = dataclasses.replace(fault, reverted_at=self._clock.now(),
-                                       revert_reason=reason)
-            del self._live[fault.id]
-            self._remember(done)
-            self._save(strict=False)
+            retry_at = self._clock.now() + REVERT_RETRY_S
+            for (entry, reason), result in zip(due, results, strict=True):
+                if isinstance(result, Fault):
+                    del self._live[result.id]
+                    self._remember(result)
+                else:
+                    entry.state = "active"
+                    entry.retry_reason = reason
+                    entry.retry_at = retry_at
+            if any(isinstance(r, Fault) for r in results):
+                self._save(strict=False)
             self._cond.notify_all()
-        self.metrics.reverted(done.kind, reason)
-        self._log.info("fault.reverted", fault_id=done.id, kind=done.kind, target=done.target,
-                       reason=reason, held_s=round((done.reverted_at or 0.0) - done.applied_at, 3))
-        return done
+        for result in results:
+            if isinstance(result, Fault):
+                self.metrics.reverted(result.kind, result.revert_reason or "requested")
+                self._log.info("fault.reverted", fault_id=result.id, kind=result.kind,
+                               target=result.target, reason=result.revert_reason,
+                               held_s=round((result.reverted_at or 0.0) - result.applied_at, 3))
+        return results
+
+    def _undo_batch(self, entries: list[_Entry], failed: int, exc: BaseException
+                    ) -> BatchRejected:
+        """Item ``failed`` of a batch raised ``exc`` in the backend's apply: revert the
+        items applied before it (and, defensively, the failed one unless it was a clean
+        refusal), forget the rest, save once; returns the :class:`BatchRejected` to raise."""
+        entry = entries[failed]
+        if isinstance(exc, FaultRejected):
+            self._log.info("fault.rejected", kind=entry.fault.kind, target=entry.fault.target,
+                           error=_one_line(exc))
+            to_revert = entries[:failed]
+            untouched = entries[failed:]
+        else:
+            self._log.error("fault.apply_failed", fault_id=entry.fault.id, kind=entry.fault.kind,
+                            target=entry.fault.target, error=_one_line(exc))
+            to_revert = entries[:failed + 1]
+            untouched = entries[failed + 1:]
+        with self._cond:
+            for other in to_revert:
+                other.state = "reverting"
+            for other in untouched:
+                del self._live[other.fault.id]
+        results = self._finish_batch([(e, "requested") for e in to_revert])
+        if not any(isinstance(r, Fault) for r in results) and untouched:
+            with self._cond:  # nothing was saved by the reverts: forget the untouched now
+                self._save(strict=False)
+        reverted = [r.id for r in results[:failed] if isinstance(r, Fault)]
+        not_reverted = [e.fault.id for e, r in zip(to_revert, results, strict=True)
+                        if isinstance(r, RevertFailed)]
+        return BatchRejected(failed, exc, rolled_back=reverted, revert_failed=not_reverted)
 
     def _abandon(self, entry: _Entry, exc: BaseException) -> None:
         """The backend's apply raised: forget the entry (after a defensive revert when the
@@ -488,6 +702,16 @@ def _plain(details: object) -> dict[str, Any]:
         return {}
     value = json.loads(json.dumps(details, default=str))
     return value if isinstance(value, dict) else {"value": value}
+
+
+def _distinct(fault_ids: list[str]) -> None:
+    if len(set(fault_ids)) != len(fault_ids):
+        raise InvalidInput("a batch names a fault id more than once")
+
+
+def _gone(fault: Fault) -> FaultGone:
+    return FaultGone(f"fault {fault.id} was reverted at {fault.reverted_at} "
+                     f"({fault.revert_reason}); inject it again", fault=fault)
 
 
 def _compact(value: object) -> str:

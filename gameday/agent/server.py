@@ -22,18 +22,23 @@ from urllib.parse import parse_qs, unquote
 
 import structlog
 
+from gameday.agent import openapi
 from gameday.agent.backend import Backend
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
+    MAX_BATCH_BODY_BYTES,
     MAX_BODY_BYTES,
     RevertReason,
     decode_body,
+    parse_batch_ids,
+    parse_batch_inject,
     parse_inject,
     parse_renew,
 )
 from gameday.agent.registry import (
     AgentClosing,
+    BatchRejected,
     Fault,
     FaultConflict,
     FaultGone,
@@ -42,7 +47,7 @@ from gameday.agent.registry import (
     UnknownFault,
 )
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import FaultRejected, InvalidInput
+from gameday.errors import FaultRejected, GamedayError, InvalidInput
 
 __all__ = ["AgentServer"]
 
@@ -51,8 +56,10 @@ _log = structlog.get_logger("gameday.agent")
 #: Seconds an idle keep-alive connection is kept open by the server.
 IDLE_CONNECTION_S: Final = 60.0
 
-_PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics"})
+_PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics", "/openapi.json"})
 _TOKEN_CHARS: Final = re.compile(r"[\x21-\x7e]+")
+_BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
+                                 "/v1/faults:batch-renew"})
 
 
 class _HTTPFailure(Exception):
@@ -211,6 +218,9 @@ class AgentServer:
     def _metrics(self, request: _Request) -> _Reply:
         return _Reply(200, self.metrics.render(), METRICS_CONTENT_TYPE)
 
+    def _openapi(self, request: _Request) -> _Reply:
+        return _json_reply(200, openapi.spec())
+
     def _inventory(self, request: _Request) -> _Reply:
         inventory = dict(self.backend.inventory())
         inventory.update(node=self.node, backend=self.backend.name,
@@ -230,6 +240,24 @@ class AgentServer:
         fault_request, lease_s = parse_inject(decode_body(request.body))
         return _json_reply(201, self.registry.apply(fault_request, lease_s).to_json())
 
+    def _inject_batch(self, request: _Request) -> _Reply:
+        items = parse_batch_inject(decode_body(request.body or b""))
+        try:
+            faults = self.registry.apply_many(items)
+        except BatchRejected as exc:
+            status, extra = _status_of(exc.cause)
+            raise _HTTPFailure(status, str(exc), index=exc.index, rolled_back=exc.rolled_back,
+                               revert_failed=exc.revert_failed, **extra) from None
+        return _json_reply(201, {"faults": [f.to_json() for f in faults]})
+
+    def _revert_batch(self, request: _Request) -> _Reply:
+        ids, _ = parse_batch_ids(decode_body(request.body or b""))
+        return _batch_reply(ids, self.registry.revert_many(ids, "requested"))
+
+    def _renew_batch(self, request: _Request) -> _Reply:
+        ids, lease_s = parse_batch_ids(decode_body(request.body or b""), renew=True)
+        return _batch_reply(ids, self.registry.renew_many(ids, lease_s))
+
     def _get(self, request: _Request, fault_id: str) -> _Reply:
         return _json_reply(200, self.registry.get(fault_id).to_json())
 
@@ -241,14 +269,45 @@ class AgentServer:
         return _json_reply(200, self.registry.revert(fault_id, "requested").to_json())
 
 
+def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The status (and extra answer fields) an error of one fault maps to."""
+    if isinstance(exc, InvalidInput | FaultRejected):
+        return 400, {}
+    if isinstance(exc, UnknownFault):
+        return 404, {}
+    if isinstance(exc, FaultConflict):
+        return 409, {"existing": exc.existing.id}
+    if isinstance(exc, FaultGone):
+        return 410, {"fault": exc.fault.to_json()}
+    if isinstance(exc, AgentClosing):
+        return 503, {}
+    return 500, {}  # RevertFailed, or the backend failed (not a refusal)
+
+
+def _batch_reply(ids: list[str], results: list[Fault | GamedayError]) -> _Reply:
+    """``200 {"faults": [done], "failed": [{"id", "status", "error", ...}]}``."""
+    done, failed = [], []
+    for fault_id, result in zip(ids, results, strict=True):
+        if isinstance(result, Fault):
+            done.append(result.to_json())
+        else:
+            status, extra = _status_of(result)
+            failed.append({"id": fault_id, "status": status, "error": str(result), **extra})
+    return _json_reply(200, {"faults": done, "failed": failed})
+
+
 _Route = Callable[..., _Reply]
 
 _ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [
     (re.compile(r"/healthz"), {"GET": AgentServer._healthz}),
     (re.compile(r"/metrics"), {"GET": AgentServer._metrics}),
+    (re.compile(r"/openapi\.json"), {"GET": AgentServer._openapi}),
     (re.compile(r"/v1/inventory"), {"GET": AgentServer._inventory}),
     (re.compile(r"/v1/faults"), {"GET": AgentServer._list, "POST": AgentServer._inject}),
     (re.compile(r"/v1/faults/([^/]+)"), {"GET": AgentServer._get, "DELETE": AgentServer._revert}),
+    (re.compile(r"/v1/faults:batch"), {"POST": AgentServer._inject_batch}),
+    (re.compile(r"/v1/faults:batch-revert"), {"POST": AgentServer._revert_batch}),
+    (re.compile(r"/v1/faults:batch-renew"), {"POST": AgentServer._renew_batch}),
     (re.compile(r"/v1/faults/([^/]+)/renew"), {"POST": AgentServer._renew}),
 ]
 
@@ -306,7 +365,8 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     server_version = "gameday-agent/1"
     sys_version = ""
     timeout = IDLE_CONNECTION_S
-    disable_nagle_algorithm = True  # headers and body are two writes
+    disable_nagle_algorithm = True
+    wbufsize = 64 * 1024  # headers and body leave in one write (flushed after each request)
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -331,7 +391,8 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                     self.headers.get("Authorization")):
                 raise _HTTPFailure(401, "missing or wrong bearer token",
                                    _headers={"WWW-Authenticate": 'Bearer realm="gameday-agent"'})
-            body = self._read_body()
+            body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
+                                   else MAX_BODY_BYTES)
             reply = agent.handle(_Request(self.command, path, parse_qs(query), body))
         except _HTTPFailure as failure:
             self._send_failure(failure)
@@ -342,7 +403,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             return
         self._send(reply.status, reply.body, reply.content_type)
 
-    def _read_body(self) -> bytes | None:
+    def _read_body(self, limit: int) -> bytes | None:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             self.close_connection = True
             raise _HTTPFailure(411, "send the body with a Content-Length, not chunked")
@@ -356,10 +417,10 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         except ValueError:
             self.close_connection = True
             raise _HTTPFailure(400, f"bad Content-Length {raw!r}") from None
-        if length > MAX_BODY_BYTES:
+        if length > limit:
             self.close_connection = True
             raise _HTTPFailure(413, f"body of {length} bytes is over the agent's limit of "
-                               f"{MAX_BODY_BYTES} bytes")
+                               f"{limit} bytes")
         return self.rfile.read(length) if length else b""
 
     def _send_failure(self, failure: _HTTPFailure) -> None:

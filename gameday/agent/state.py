@@ -53,7 +53,7 @@ class StateFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         payload = json.dumps(
             {"version": STATE_VERSION, "node": node, "saved_at": saved_at, "faults": faults},
-            indent=1, sort_keys=True)
+            sort_keys=True, separators=(",", ":"))  # compact: the C encoder (indent is not)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
                                    dir=self.path.parent)
         try:

@@ -102,22 +102,24 @@ def test_partial_failure_reverts_what_was_applied_and_names_the_failures(fleet: 
                     options=FanoutOptions(concurrency=16, attempts=3, sleep=slept.append))
     report = failed.value.report
     failed_labels = {r.label(): r for r in report.failed}
-    assert set(failed_labels) == {"n07/gpu=2"} | {f"n11/gpu={i}" for i in range(4)}
+    # one batch per agent, all or nothing: n07's other GPUs were not applied either
+    assert set(failed_labels) == {f"n{n}/gpu={i}" for n in ("07", "11") for i in range(4)}
     assert "in maintenance" in failed_labels["n07/gpu=2"].error
+    assert failed_labels["n07/gpu=0"].error == "not applied: n07/gpu2 in the same batch failed"
     assert failed_labels["n07/gpu=2"].attempts == 1  # a refusal is not retried
     assert failed_labels["n11/gpu=0"].attempts == 3  # unreachable: retried, then given up
     assert "cannot connect" in failed_labels["n11/gpu=0"].error
     n09 = [r for r in report.results if r.node == "n09"]
     assert all(r.ok for r in n09) and max(r.attempts for r in n09) == 2
-    assert len(report.applied) == 123 and len(report.rolled_back) == 123
+    assert len(report.applied) == 120 and len(report.rolled_back) == 120
     assert report.rollback_failures == []
     assert agents.active_faults() == 0
-    assert len(session.ledger.entries()) == 123 and session.ledger.active() == []
+    assert len(session.ledger.entries()) == 120 and session.ledger.active() == []
     assert {e.revert_reason for e in session.ledger.entries()} == {"requested"}
     assert slept  # the back-off went through the injected sleep
-    assert str(failed.value).startswith("fan-out failed: 123 of 128 targets ok, 5 failed")
+    assert str(failed.value).startswith("fan-out failed: 120 of 128 targets ok, 8 failed")
     # through the action, the same is one line
-    with pytest.raises(ActivityFailed, match="fan-out failed: 123 of 128 targets ok"):
+    with pytest.raises(ActivityFailed, match="fan-out failed: 120 of 128 targets ok"):
         gpu_faults.ecc_error({"percent": 100})
     assert agents.active_faults() == 0
 

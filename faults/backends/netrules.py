@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,26 +75,26 @@ def run(argv: Sequence[str], netns: str | None = None, *, stdin: str | None = No
     return done
 
 
-class Mechanism:
+class Mechanism(ABC):
     """One way of installing rules; ``unavailable()`` says why it cannot be used here."""
 
     name = ""
 
-    def unavailable(self) -> str | None:
-        raise NotImplementedError
+    @abstractmethod
+    def unavailable(self) -> str | None: ...
 
-    def add_drop(self, name: str, spec: DropSpec, netns: str | None) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def add_drop(self, name: str, spec: DropSpec, netns: str | None) -> None: ...
 
     def add_redirect(self, name: str, spec: RedirectSpec, netns: str | None) -> None:
         raise FaultRejected(f"{self.name} cannot redirect connections")
 
+    @abstractmethod
     def remove(self, name: str, netns: str | None, link: str | None = None) -> None:
         """Remove what ``add_*`` added under ``name`` (idempotent)."""
-        raise NotImplementedError
 
-    def present(self, name: str, netns: str | None, link: str | None = None) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def present(self, name: str, netns: str | None, link: str | None = None) -> bool: ...
 
 
 def _ip_keyword(version: int | None) -> str:

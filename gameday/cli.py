@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="also revert every active fault of every known agent")
     cleanup.add_argument("--force", action="store_true",
                          help="also revert faults of runs that are still alive")
+    cleanup.add_argument("--forget-unreachable", action="store_true",
+                         help="record ledger faults whose agent cannot be reached as "
+                              "forgotten, so later cleanups skip them")
     cleanup.add_argument("--target-config", type=Path, metavar="FILE")
 
     audit = commands.add_parser("audit", help="evidence: verify journals, make signing keys")
@@ -122,7 +125,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
     config = targetconfig.from_environment(args.target_config)
     report = cleanup(paths.ledger_path(), lab_dir=paths.lab_dir(), config=config,
-                     all_agents=args.all_agents, force=args.force)
+                     all_agents=args.all_agents, force=args.force,
+                     forget_unreachable=args.forget_unreachable)
     print_report(report, sys.stdout)
     return report.exit_code
 

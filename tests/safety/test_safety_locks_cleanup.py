@@ -161,16 +161,22 @@ def test_cleanup_leaves_live_runs_alone_and_fails_on_unknown_agents(tmp_path: Pa
         live.close()
 
 
-def test_cleanup_names_faults_it_cannot_revert(tmp_path: Path) -> None:
-    """A ledger entry applied through the Kubernetes API (no agent): named, with its inverse."""
+def test_cleanup_names_faults_it_cannot_revert(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Kubernetes-API entry with no API configured and no deadline: named, with its
+    inverse (tests/safety/test_safety_cleanup_k8s.py covers reverting such faults)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     ledger = tmp_path / "ledger.jsonl"
     append_event(ledger, "applied", "run-k8s", {
         "id": "k-1", "kind": "k8s.node_cordon", "node": "gpu-node-3", "via": "kubernetes",
         "target": {}, "agent_url": "", "reverted_at": None,
         "inverse": {"patch": "spec.unschedulable=false"}})
-    report = cleanup(ledger, lab_dir=None, config=TargetConfig())
+    report = cleanup(ledger, lab_dir=None, config=TargetConfig(), environ={})
     assert report.exit_code == 1
-    assert report.failed == ["FAILED k8s.node_cordon k-1 on gpu-node-3 (ledger): applied via "
-                             "kubernetes, which cleanup does not revert; its mark's revert "
-                             "deadline lets the node agent undo it, or apply the inverse "
-                             "{'patch': 'spec.unschedulable=false'}"]
+    (failed,) = report.failed
+    assert failed.startswith("FAILED k8s.node_cordon k-1 on gpu-node-3 (ledger, run run-k8s, "
+                             "via kubernetes): no Kubernetes configuration (")
+    assert failed.endswith("and no deadline recorded for the node agent's reconciler; set "
+                           "KUBECONFIG or GAMEDAY_K8S_API_URL, or apply the inverse "
+                           "{'patch': 'spec.unschedulable=false'}")

@@ -13,9 +13,11 @@ If any target failed, everything this fan-out applied is reverted (one batch rev
 node, concurrently) and the report says which targets failed and why, and what was
 rolled back: a fleet fault is all or nothing.
 
-:func:`inject_gpus` is the fault actions' path (through the run's session, so its
-allowlist, target locks and lease renewals apply; the ledger records the applied
-faults in one fsync'd write), :func:`revert_entries` the session's rollback path.
+:func:`inject_requests` is :meth:`gameday.session.Session.inject_many`'s path (through
+the run's session, so its allowlist, target locks and lease renewals apply; the ledger
+records the applied faults in one fsync'd write); :func:`inject_gpus` is its form for
+one kind on many GPUs (the fault actions); :func:`revert_entries` the session's
+rollback path.
 Between the agents' answers and that write a crash would leave faults unrecorded for
 at most their lease: the agents revert them when it lapses.
 """
@@ -41,14 +43,13 @@ from gameday.agent.client import BatchFailed
 from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError
 from gameday.ledger import FaultEntry
-from gameday.locks import target_key
 from gameday.targets import GpuRef
 
 if TYPE_CHECKING:
-    from gameday.session import Session
+    from gameday.session import InjectRequest, Session
 
 __all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "NotApplied", "TargetResult", "fan_out",
-           "inject_gpus", "revert_entries"]
+           "inject_gpus", "inject_requests", "revert_entries"]
 
 log = structlog.get_logger("gameday.fanout")
 
@@ -211,7 +212,7 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
     return [o for o in outcomes if o is not None]
 
 
-def _one_failed(batch: Sequence["GpuRef"], position: int, exc: BaseException
+def _one_failed(batch: Sequence["InjectRequest"], position: int, exc: BaseException
                 ) -> list[FaultEntry | BaseException]:
     """Results of a batch refused because of one target: its error, and NotApplied for
     the others (nothing of the batch is applied)."""
@@ -227,73 +228,75 @@ def _error_text(exc: BaseException) -> str:
 def inject_gpus(session: "Session", gpus: Sequence["GpuRef"], *, kind: str,
                 params: Mapping[str, Any], action: str = "", lease_s: float | None = None,
                 options: FanoutOptions = FanoutOptions()) -> list[FaultEntry]:
-    """Apply ``kind`` on every GPU through the session, concurrently; all or nothing.
+    """Apply ``kind`` on every GPU through the session, concurrently; all or nothing
+    (:func:`inject_requests` with one request per GPU, target ``{"gpu": index}``)."""
+    from gameday.session import InjectRequest
+    return inject_requests(session, [InjectRequest(gpu.node, kind, {"gpu": gpu.index}, params)
+                                     for gpu in gpus],
+                           action=action, lease_s=lease_s, options=options)
 
-    Returns the ledger entries (in the order of ``gpus``). If any GPU failed, reverts
-    what was applied and raises :class:`FanoutFailed` (its ``report`` has a result per
-    GPU).
+
+def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
+                    action: str = "", lease_s: float | None = None,
+                    options: FanoutOptions = FanoutOptions()) -> list[FaultEntry]:
+    """Apply every request through the session, concurrently; all or nothing
+    (:meth:`gameday.session.Session.inject_many`).
+
+    Each request is admitted by the session (allowlist, target lock) before its agent is
+    asked; each node's requests go in one batch. Returns the ledger entries (in the order
+    of ``requests``). If any request failed, reverts what was applied and raises
+    :class:`FanoutFailed` (its ``report`` has a result per request); a single request
+    raises its own error.
     """
     started = time.monotonic()
     target = session.require_target()
-    lease = float(lease_s or session.extension.lease_s)
+    lease = session.lease(lease_s)
 
-    def apply(node: str, batch: list["GpuRef"]) -> list[FaultEntry | BaseException]:
+    def apply(node: str, batch: list["InjectRequest"]) -> list[FaultEntry | BaseException]:
         client = target.agent(node)
-        if not session.target_config.node_allowed(node):
-            raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
-                                      f"{session.target_config.source}; nothing injected")
-        for position, gpu in enumerate(batch):  # the target locks, before the agent
+        for position, request in enumerate(batch):  # allowlist and locks, before the agent
             try:
-                session.locks.acquire(target_key(node, {"gpu": gpu.index}))
+                session.admit(node, request.target)
+            except BlastRadiusExceeded:
+                raise  # the whole node is refused: no retry (not transient)
             except GamedayError as exc:
                 return _one_failed(batch, position, exc)
         try:
             faults = client.inject_many([
-                {"kind": kind, "target": {"gpu": gpu.index}, "params": params,
-                 "lease_s": lease} for gpu in batch])
+                {"kind": request.kind, "target": dict(request.target),
+                 "params": dict(request.params), "lease_s": lease} for request in batch])
         except BatchFailed as exc:
             if _transient(exc) or exc.index is None or not 0 <= exc.index < len(batch):
                 raise  # the whole batch: retried if it may pass
             return _one_failed(batch, exc.index, exc)
-        return [FaultEntry(
-            id=str(fault["id"]), kind=kind, node=node, agent_url=client.url,
-            target={"gpu": gpu.index}, params=dict(params),
-            injected_at=str(fault.get("injected_at", "")),
-            applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
-            lease_s=lease, action=action, details=dict(fault.get("details") or {}))
-            for gpu, fault in zip(batch, faults, strict=True)]
+        return [session.entry(request, client.url, fault, lease=lease, action=action)
+                for request, fault in zip(batch, faults, strict=True)]
 
-    done: list[_Outcome[GpuRef]] = []
+    done: list[_Outcome[InjectRequest]] = []
     try:
-        outcomes = fan_out(list(gpus), lambda g: g.node, apply, options, sink=done)
+        outcomes = fan_out(list(requests), lambda r: r.node, apply, options, sink=done)
     finally:  # even when interrupted: what was applied is recorded (then rolled back)
         with signals.deferred():
-            entries = [o.value for o in done if o.error is None]
-            session.ledger.record_applied_many(entries)
-            for entry in entries:
-                session.event("fault_applied", id=entry.id, kind=kind, node=entry.node,
-                              target=entry.target, injected_at=entry.injected_at,
-                              at=entry.applied_at)
-            if entries:
-                session.renewer.start()
-    entries = [o.value for o in outcomes if o.error is None]  # in the order of gpus
+            session.record_applied([o.value for o in done if o.error is None])
+    entries = [o.value for o in outcomes if o.error is None]  # in the order of requests
     report = FanoutReport(results=[
-        TargetResult(node=o.job.node, target={"gpu": o.job.index}, ok=o.error is None,
+        TargetResult(node=o.job.node, target=dict(o.job.target), ok=o.error is None,
                      attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
                      error=None if o.error is None else _error_text(o.error))
         for o in outcomes])
     if len(outcomes) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error  # one target: its own error, nothing to roll back
+    kinds = ",".join(sorted({r.kind for r in requests}))
     if report.failed:
         report.rollback_failures = revert_entries(session, entries, "fanout-partial-failure",
                                                   options)
         failed_ids = {line.split(" ", 2)[1] for line in report.rollback_failures}
         report.rolled_back = [e.id for e in entries if e.id not in failed_ids]
         report.wall_s = time.monotonic() - started
-        log.warning("fan-out failed", kind=kind, summary=report.summary())
+        log.warning("fan-out failed", kind=kinds, summary=report.summary())
         raise FanoutFailed(report)
     report.wall_s = time.monotonic() - started
-    log.info("fan-out applied", kind=kind, gpus=len(entries), wall_s=round(report.wall_s, 3))
+    log.info("fan-out applied", kind=kinds, faults=len(entries), wall_s=round(report.wall_s, 3))
     return entries
 
 

@@ -81,6 +81,8 @@ class TargetLocks:
         self.run_id = run_id
         self._held: dict[str, int] = {}
         self._guard = threading.Lock()
+        self._made = False  # the directory exists (made once, not per lock)
+        self._host = socket.gethostname()
 
     def path(self, key: str) -> Path:
         assert self.directory is not None
@@ -97,7 +99,9 @@ class TargetLocks:
         with self._guard:
             if key in self._held:
                 return
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self._made:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._made = True
             path = self.path(key)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
@@ -109,7 +113,7 @@ class TargetLocks:
                 raise TargetLocked(f"target {key} is locked by {who}; nothing injected "
                                    f"(lock file {path})") from None
             stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-            record = {"run_id": self.run_id, "pid": os.getpid(), "host": socket.gethostname(),
+            record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host,
                       "since": stamp, "target": key}
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)

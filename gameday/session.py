@@ -8,9 +8,10 @@ it, and closing it reverts everything still in the ledger.
 
 import threading
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -25,7 +26,27 @@ from gameday.targetconfig import TargetConfig
 from gameday.targets import GpuRef, Target
 from gameday.verdicts import VerifierResult
 
+if TYPE_CHECKING:
+    from gameday.fanout import FanoutOptions
+
 log = structlog.get_logger("gameday.session")
+
+
+@dataclass(frozen=True)
+class InjectRequest:
+    """One fault to inject through an agent: on ``node``, ``kind`` at ``target``."""
+
+    node: str
+    kind: str
+    target: Mapping[str, Any]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
+        if set(self.target) == {"gpu"}:
+            return f"{self.node}/gpu{self.target['gpu']}"
+        where = ",".join(f"{k}={v}" for k, v in sorted(self.target.items()))
+        return f"{self.node}/{where}" if where else self.node
 
 
 @dataclass
@@ -124,29 +145,74 @@ class Session:
                action: str = "", lease_s: float | None = None, record: bool = True
                ) -> FaultEntry:
         """Apply one fault through the node's agent, under a lease, and record it (unless
-        ``record`` is false: then the caller records it, e.g. many at once)."""
+        ``record`` is false: then the caller records it with :meth:`record_applied`).
+
+        The single-fault path of :meth:`inject_many`: the same admission
+        (:meth:`admit`), entry and record; one plain ``POST /v1/faults``."""
         client = self.require_target().agent(node)
+        self.admit(node, target)
+        lease = self.lease(lease_s)
+        fault = client.inject(kind, target, params, lease)
+        entry = self.entry(InjectRequest(node, kind, target, params), client.url, fault,
+                           lease=lease, action=action)
+        if record:
+            self.record_applied([entry])
+        return entry
+
+    def inject_many(self, requests: Sequence["InjectRequest"], *, action: str = "",
+                    lease_s: float | None = None, options: "FanoutOptions | None" = None
+                    ) -> list[FaultEntry]:
+        """Apply many faults concurrently, one batch per agent, all or nothing
+        (:func:`gameday.fanout.inject_requests`): each admitted as by :meth:`inject`,
+        all recorded with one ledger write. Returns the entries in the order of
+        ``requests``; raises :class:`gameday.fanout.FanoutFailed` (with a result per
+        request) after rolling back, or a single request's own error."""
+        from gameday.fanout import FanoutOptions, inject_requests
+        return inject_requests(self, requests, action=action, lease_s=lease_s,
+                               options=options or FanoutOptions())
+
+    def lease(self, lease_s: float | None = None) -> float:
+        """The lease a fault gets: ``lease_s``, else the extension's ``lease_s``."""
+        return float(lease_s or self.extension.lease_s)
+
+    def admit(self, node: str, target: Mapping[str, Any]) -> None:
+        """Before a fault is injected on ``node``/``target``: refuse a node outside the
+        allowlist (:class:`BlastRadiusExceeded`), then take the target's lock
+        (:class:`gameday.locks.TargetLocked` naming the holder)."""
         if not self.target_config.node_allowed(node):
             raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
                                       f"{self.target_config.source}; nothing injected")
         self.locks.acquire(target_key(node, target))
-        lease = float(lease_s or self.extension.lease_s)
-        fault = client.inject(kind, target, params, lease)
-        entry = FaultEntry(
-            id=str(fault["id"]), kind=kind, node=node, agent_url=client.url,
-            target=dict(target), params=dict(params),
+
+    @staticmethod
+    def entry(request: "InjectRequest", agent_url: str, fault: Mapping[str, Any], *,
+              lease: float, action: str = "") -> FaultEntry:
+        """The ledger entry of ``request`` as the agent applied it (``fault``)."""
+        return FaultEntry(
+            id=str(fault["id"]), kind=request.kind, node=request.node, agent_url=agent_url,
+            target=dict(request.target), params=dict(request.params),
             injected_at=str(fault.get("injected_at", "")),
             applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
             lease_s=lease, action=action, details=dict(fault.get("details") or {}))
-        if not record:
-            return entry
-        self.ledger.record_applied(entry)
-        self.event("fault_applied", id=entry.id, kind=kind, node=node, target=entry.target,
-                   injected_at=entry.injected_at, at=entry.applied_at)
+
+    def record_applied(self, entries: Sequence[FaultEntry]) -> None:
+        """Record applied agent faults (one fsync'd ledger write), put them on the
+        timeline, and start the lease renewer."""
+        if not entries:
+            return
+        if len(entries) == 1:
+            self.ledger.record_applied(entries[0])
+        else:
+            self.ledger.record_applied_many(list(entries))
+        for entry in entries:
+            self.event("fault_applied", id=entry.id, kind=entry.kind, node=entry.node,
+                       target=entry.target, injected_at=entry.injected_at,
+                       at=entry.applied_at)
         self.renewer.start()
-        log.info("fault applied", id=entry.id, kind=kind, node=node, target=entry.target,
-                 injected_at=entry.injected_at)
-        return entry
+        if len(entries) == 1:
+            entry = entries[0]
+            log.info("fault applied", id=entry.id, kind=entry.kind, node=entry.node,
+                     target=entry.target, injected_at=entry.injected_at)
 
     def record_external(self, entry: FaultEntry, route: FaultRoute) -> None:
         """Record a fault applied other than through an agent (``entry.via``, e.g. a

@@ -5,6 +5,7 @@ A backend is what the agent drives: the lab's virtual GPUs, or the real host
 these members is a backend, so the lab never has to import ``faults``.
 """
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,15 @@ class Backend(Protocol):
     ``apply`` raises :class:`gameday.errors.FaultRejected` (one-line reason) when the
     request is invalid or unsupported; nothing may be left applied in that case.
     ``revert`` must be idempotent and must not raise for a fault already gone.
+
+    Optional batch hook: a backend may also have ``batch() -> ContextManager[None]``.
+    The registry then wraps each batch (a ``:batch`` apply, a ``:batch-revert``, the
+    reaper's reverts) in it and still calls ``apply``/``revert`` once per fault, in
+    order, so per-fault results, refusals and rollbacks stay as they are; the backend
+    may defer the side effects it can share (publishing a device's state, saving its
+    own records) to the end of the batch, which must run even when the batch raises.
+    The lab's :class:`gameday.lab.devices.VirtualGpuBackend` publishes each GPU touched
+    once per batch. See :func:`backend_batch`.
     """
 
     name: str
@@ -52,3 +62,9 @@ class Backend(Protocol):
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         """Undo the fault (idempotent)."""
         ...
+
+
+def backend_batch(backend: object) -> contextlib.AbstractContextManager[object]:
+    """The backend's optional ``batch()`` context (see :class:`Backend`), else a no-op."""
+    batch = getattr(backend, "batch", None)
+    return batch() if callable(batch) else contextlib.nullcontext()

@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 
 import structlog
 
-from gameday.agent.backend import Backend, FaultRequest
+from gameday.agent.backend import Backend, FaultRequest, backend_batch
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile
@@ -335,14 +335,16 @@ class FaultRegistry:
                     del self._live[entry.fault.id]
                 raise
         details: list[dict[str, Any]] = []
-        for index, entry in enumerate(entries):
-            try:
-                details.append(_plain(self.backend.apply(entry.fault.id, entry.fault.request)))
-            except BaseException as exc:
-                rejected = self._undo_batch(entries, index, exc)
-                if isinstance(exc, Exception):
-                    raise rejected from exc
-                raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
+        with backend_batch(self.backend):  # the backend may publish once for the batch
+            for index, entry in enumerate(entries):
+                try:
+                    details.append(_plain(self.backend.apply(entry.fault.id,
+                                                             entry.fault.request)))
+                except BaseException as exc:
+                    rejected = self._undo_batch(entries, index, exc)
+                    if isinstance(exc, Exception):
+                        raise rejected from exc
+                    raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
         with self._cond:
             now = self._clock.now()
             for entry, detail in zip(entries, details, strict=True):
@@ -585,19 +587,20 @@ class FaultRegistry:
         if not due:
             return []
         results: list[Fault | RevertFailed] = []
-        for entry, reason in due:
-            fault = entry.fault
-            try:
-                self.backend.revert(fault.id, fault.request)
-            except Exception as exc:
-                self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
-                                reason=reason, error=_one_line(exc))
-                results.append(RevertFailed(
-                    f"backend {self.backend.name} failed to revert {fault.id} "
-                    f"({fault.kind}): {_one_line(exc)}; retrying"))
-                continue
-            results.append(dataclasses.replace(fault, reverted_at=self._clock.now(),
-                                               revert_reason=reason))
+        with backend_batch(self.backend):  # the backend may publish once for the batch
+            for entry, reason in due:
+                fault = entry.fault
+                try:
+                    self.backend.revert(fault.id, fault.request)
+                except Exception as exc:
+                    self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
+                                    reason=reason, error=_one_line(exc))
+                    results.append(RevertFailed(
+                        f"backend {self.backend.name} failed to revert {fault.id} "
+                        f"({fault.kind}): {_one_line(exc)}; retrying"))
+                    continue
+                results.append(dataclasses.replace(fault, reverted_at=self._clock.now(),
+                                                   revert_reason=reason))
         with self._cond:
             retry_at = self._clock.now() + REVERT_RETRY_S
             for (entry, reason), result in zip(due, results, strict=True):

@@ -5,15 +5,18 @@ kind is a small :class:`gameday.lab.vfaults.VirtualFault` that validates a reque
 a change of one GPU's state. Reverting restores the fields the fault changed to their
 values from before it (the "GPU was reset"); those values are kept in
 ``<state_dir>/virtual-faults.json``, so a restarted agent can still revert its leftovers.
-Every change is published for the shards (:mod:`gameday.lab.gpustate`).
+Every change is published for the shards (:mod:`gameday.lab.gpustate`); inside
+:meth:`VirtualGpuBackend.batch` (the agent's batch apply and revert) a thread's changes
+are published when the batch ends: each GPU touched once, the records once.
 """
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,7 @@ class VirtualGpuBackend:
         self.state_dir = state_dir
         self._faults = dict(faults if faults is not None else VIRTUAL_FAULTS)
         self._lock = threading.Lock()
+        self._batch = threading.local()  # this thread's open batch: depth, GPUs touched
         self._records_path = state_dir / "virtual-faults.json"
         state_dir.mkdir(parents=True, exist_ok=True)
         self._gpus: list[GpuState] = []
@@ -102,7 +106,7 @@ class VirtualGpuBackend:
                       if getattr(old, name) != getattr(new, name)}
             self._applied[fault_id] = _Applied(request.kind, change.gpu, before)
             self._set(new)
-            self._save_records()
+            self._records_changed()
         log.info("fault_applied", fault_id=fault_id, kind=request.kind, gpu=new.label,
                  changed=sorted(before))
         return {"gpu": new.index, "uuid": new.uuid, "node": self.node, **change.describe(new)}
@@ -114,9 +118,32 @@ class VirtualGpuBackend:
                 return
             current = self._gpus[applied.gpu]
             self._set(replace(current, **applied.before))
-            self._save_records()
+            self._records_changed()
         log.info("fault_reverted", fault_id=fault_id, kind=applied.kind,
                  gpu=current.label, restored=sorted(applied.before))
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Applies and reverts this thread makes inside are published when it ends: each
+        GPU touched once, the fault records once (optional batch hook of
+        :class:`gameday.agent.backend.Backend`). Re-entrant; publishes even when the
+        batch raises. Other threads' changes are published as they happen."""
+        depth = getattr(self._batch, "depth", 0)
+        if depth == 0:
+            self._batch.touched = set()
+            self._batch.records = False
+        self._batch.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._batch.depth = depth
+            if depth == 0:
+                touched: set[int] = self._batch.touched
+                with self._lock:
+                    for index in sorted(touched):
+                        publish_gpu_state(self.state_dir, self._gpus[index])
+                    if self._batch.records:
+                        self._save_records()
 
     # -- for the node process ---------------------------------------------------------
 
@@ -126,8 +153,19 @@ class VirtualGpuBackend:
             return list(self._gpus)
 
     def _set(self, state: GpuState) -> None:
+        """Under the lock: the GPU's new state, published now or when the batch ends."""
         self._gpus[state.index] = state
-        publish_gpu_state(self.state_dir, state)
+        if getattr(self._batch, "depth", 0):
+            self._batch.touched.add(state.index)
+        else:
+            publish_gpu_state(self.state_dir, state)
+
+    def _records_changed(self) -> None:
+        """Under the lock: save the fault records now or when the batch ends."""
+        if getattr(self._batch, "depth", 0):
+            self._batch.records = True
+        else:
+            self._save_records()
 
     def _save_records(self) -> None:
         write_json_atomic(self._records_path, {

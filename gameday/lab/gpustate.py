@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class GpuState:
         return f"{self.node}/gpu{self.index}"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # every field is a plain value: no deep copy (asdict) needed
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "GpuState":

@@ -6,6 +6,7 @@ from a :class:`NodeContext`. Add a kind by adding its handler to ``node_handlers
 """
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,6 +72,10 @@ class NodeBackend:
                 names = {item.get("name") for item in listed}
                 listed.extend(item for item in items if item.get("name") not in names)
         return inventory
+
+    def batch(self) -> AbstractContextManager[None]:
+        """The virtual GPUs' batch (:meth:`VirtualGpuBackend.batch`)."""
+        return self.gpus.batch()
 
     def kinds(self) -> Mapping[str, str]:
         return {**self.gpus.kinds(),

@@ -1,6 +1,7 @@
 """The agent over real HTTP (in-process AgentServer on a free port, real AgentClient and
 raw http.client), with the marker backend doing real file changes."""
 
+import contextlib
 import hmac
 import http.client
 import json
@@ -52,7 +53,9 @@ def raw(agent: AgentServer, method: str, path: str, body: bytes | str | None = N
         all_headers = dict(headers or {})
         if token is not None:
             all_headers["Authorization"] = f"Bearer {token}"
-        conn.request(method, path, body=body, headers=all_headers)
+        # the agent may answer (413) and close before a large body is all sent
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.request(method, path, body=body, headers=all_headers)
         response = conn.getresponse()
         data = response.read()
         decoded = json.loads(data) if response.getheader("Content-Type", "").startswith(

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,33 @@ def chaos(args: list[str], env: dict[str, str], timeout: float = 120,
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def lab_processes(directory: Path) -> list[int]:
+    """Processes whose command line names the lab directory (leftovers after ``down``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if str(directory) in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One real lab per test module (real processes, Prometheus, FUSE store); on teardown
+    it is stopped and must leave no process behind."""
+    from gameday.lab import api as lab
+
+    directory = tmp_path_factory.mktemp("lab")
+    lab.up(directory)
+    try:
+        yield directory
+    finally:
+        lab.down(directory)
+    assert lab_processes(directory) == [], "the lab left processes behind"

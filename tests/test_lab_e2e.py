@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,9 @@ import pytest
 import yaml
 
 from gameday.agent.client import AgentClient
-from gameday.lab import api as lab
 from tests.conftest import BIN, REPO, chaos, cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("lab")
-    lab.up(directory)
-    try:
-        yield directory
-    finally:
-        lab.down(directory)
 
 
 @pytest.fixture

@@ -2,41 +2,15 @@
 controller processes, real Prometheus alerts, real HTTP, through the real ``gameday run``
 command line, each leaving no fault active behind it."""
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gameday.agent.client import AgentClient
-from gameday.lab import api as lab
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("gdgpu-lab")
-    lab.up(directory)
-    try:
-        yield directory
-    finally:
-        lab.down(directory)
-    assert lab_processes(directory) == [], "the lab left processes behind"
-
-
-def lab_processes(directory: Path) -> list[int]:
-    """Processes whose command line names the lab directory."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError):
-            continue
-        if proc.name.isdigit() and str(directory) in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 def active_faults(lab_dir: Path) -> list[dict[str, Any]]:

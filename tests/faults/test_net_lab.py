@@ -3,7 +3,6 @@ HTTP through the nodes' links (CONNECT tunnels), the shipped experiments run thr
 the real ``gameday run`` command line. One lab for the module."""
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,37 +11,12 @@ from typing import Any
 import pytest
 
 from gameday.agent.client import AgentClient
-from gameday.lab import api as lab
 from gameday.lab.httpjson import fetch_json
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab
 
 ROW = [[(i + 1) / 16 for i in range(16)]]
-
-
-def _lab_pids(directory: Path) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if str(directory) in cmdline:
-                found.append(int(entry))
-    return found
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("gdnet-lab")
-    lab.up(directory)
-    try:
-        yield directory
-    finally:
-        lab.down(directory)
-        assert _lab_pids(directory) == []
 
 
 def _agents(lab_dir: Path) -> dict[str, AgentClient]:

@@ -5,26 +5,14 @@ matrix. One lab for the module."""
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gameday.agent.client import AgentClient
-from gameday.lab import api as lab
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("gdrep-lab")
-    lab.up(directory)
-    try:
-        yield directory
-    finally:
-        lab.down(directory)
 
 
 @pytest.fixture

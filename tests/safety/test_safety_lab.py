@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,12 @@ import yaml
 from safety_helpers import REPO, env_for, gameday, wait_for
 
 from gameday.agent.client import AgentClient
-from gameday.lab import api as lab
 from tests.conftest import read_json
 
 pytestmark = pytest.mark.lab
 GAMEDAY = str(Path(sys.executable).parent / "gameday")
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PHASES = ("steady-state", "injection", "verification", "rollback")
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("gdsafe-lab")
-    lab.up(directory)
-    try:
-        yield directory
-    finally:
-        lab.down(directory)
 
 
 @pytest.fixture

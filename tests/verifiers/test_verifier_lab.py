@@ -9,26 +9,14 @@ signals, FUSE fault filesystem, Prometheus and HTTP. One lab for the module.
   through a request template and the re-shard checks.
 """
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gameday.lab import api as lab
 from tests.conftest import cli_env, gameday, read_json, write_experiment
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("lab")
-    lab.up(directory)
-    try:
-        yield directory
-    finally:
-        lab.down(directory)
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ processes (it starts them; they die with it), pushes routes to the router
 """
 
 import argparse
-import signal
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import structlog
@@ -32,7 +30,7 @@ from gameday.lab.launcher import ProcessShardLauncher
 from gameday.lab.layout import LabLayout, LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.placement import GpuSlot, initial_placement
-from gameday.lab.proc import tie_to_parent
+from gameday.lab.proc import stop_on_signals, tie_to_parent
 from gameday.lab.routes import Route
 
 __all__ = ["Controller", "main"]
@@ -164,13 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging("controller")
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals()
     paths = LabPaths(args.dir)
     controller = Controller(LabLayout.load(paths.layout), paths)
     server = JsonServer({("GET", "/placement"): controller.placement,

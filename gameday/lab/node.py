@@ -11,12 +11,9 @@ active fault and exits 0.
 """
 
 import argparse
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 import structlog
 
@@ -27,7 +24,7 @@ from gameday.lab.layout import LabPaths
 from gameday.lab.link import LabLink
 from gameday.lab.logs import configure_logging
 from gameday.lab.nodebackend import NodeBackend, NodeContext, node_handlers
-from gameday.lab.proc import tie_to_parent
+from gameday.lab.proc import stop_on_signals, tie_to_parent
 
 __all__ = ["main"]
 
@@ -62,13 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gameday.agent.server import AgentServer  # the agent's imports are not small
 
     paths = LabPaths(args.dir)
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals()
     gpus = VirtualGpuBackend(args.name, paths.node_dir(args.name), gpus=args.gpus, fresh=True)
     link = LabLink(args.name, args.link_port)
     backend = NodeBackend(gpus, node_handlers(NodeContext(node=args.name, paths=paths,

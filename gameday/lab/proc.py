@@ -11,8 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from types import FrameType
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 
@@ -168,3 +170,15 @@ def process_cmdline(pid: int) -> str:
     except OSError:
         return ""
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, for a lab process's main thread to wait on."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    return stop

@@ -14,14 +14,12 @@ polled from its ``/placement`` every second. A shard is reached through its node
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import FrameType
 
 import numpy as np
 import structlog
@@ -41,7 +39,7 @@ from gameday.lab.httpjson import (
 from gameday.lab.layout import LabLayout, LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import Array, ModelSpec, combine, load_bias, load_spec
-from gameday.lab.proc import tie_to_parent
+from gameday.lab.proc import stop_on_signals, tie_to_parent
 from gameday.lab.routes import Route, RouteTable, routes_from_json
 from gameday.lab.servicefaults import RouterFaults
 
@@ -207,13 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging("router")
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals()
     paths = LabPaths(args.dir)
     layout = LabLayout.load(paths.layout)
     router = Router(load_spec(paths.store), load_bias(paths.store), paths.read_token())

@@ -27,13 +27,11 @@ starter sets ``OPENBLAS_NUM_THREADS=1``: one BLAS thread, deterministic sums.
 
 import argparse
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -51,7 +49,7 @@ from gameday.lab.httpjson import (
 from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import ShardWeights, load_shard, load_spec
-from gameday.lab.proc import tie_to_parent
+from gameday.lab.proc import stop_on_signals, tie_to_parent
 
 __all__ = ["ShardOutOfMemory", "ShardServer", "gpu_fault", "main", "out_of_memory",
            "throttle_delay_s"]
@@ -198,13 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging(f"shard-{args.shard}")
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = stop_on_signals()
     fatal: list[str] = []
 
     def crash(reason: str) -> None:

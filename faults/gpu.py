@@ -9,10 +9,9 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._activity import revert_run
+from faults._activity import failing_activity, revert_run
 from faults.kinds.gpu import GPU_ECC, GPU_FALL_OFF_BUS, GPU_OOM, GPU_THERMAL, GPU_XID
 from gameday import session as sessions
-from gameday.errors import GamedayError
 from gameday.fanout import inject_gpus
 
 __all__ = ["ecc_error", "fall_off_bus", "oom", "revert", "thermal_throttle", "xid_error"]
@@ -115,7 +114,7 @@ def revert() -> dict[str, Any]:
 def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],
                     params: dict[str, Any], lease_s: float | None) -> dict[str, Any]:
     session = sessions.current()
-    try:
+    with failing_activity():
         target = session.require_target()
         gpus = target.resolve_gpus(selector)
         session.check_blast_radius(gpus)
@@ -126,6 +125,4 @@ def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],
         for gpu, entry in zip(gpus, entries, strict=True):
             applied.append({"id": entry.id, "gpu": gpu.label(), "injected_at": entry.injected_at,
                             "applied_at": entry.applied_at, "expires_at": entry.expires_at})
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     return {"faults": applied}

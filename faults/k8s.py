@@ -21,11 +21,11 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._activity import revert_run, validated
+from faults._activity import failing_activity, revert_run, validated
 from faults.base import FaultKind
 from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 from gameday import session as sessions
-from gameday.errors import BlastRadiusExceeded, GamedayError, InvalidInput, TargetUnavailable
+from gameday.errors import BlastRadiusExceeded, InvalidInput, TargetUnavailable
 from gameday.k8s.marks import Mark
 from gameday.k8s.nodes import NodeEditor, PodRef
 from gameday.k8s.target import VIA, KubernetesTarget
@@ -82,7 +82,7 @@ def node_drain(node: dict[str, Any], count: int = 1, eviction_attempts: int = 10
                        lambda editor, name, mark: editor.cordon(name, mark),
                        lambda name: {"op": "uncordon", "node": name})
     session = sessions.current()
-    try:
+    with failing_activity():
         editor = _kubernetes(session).editor()
         evicted: list[str] = []
         blocked: dict[str, str] = {}
@@ -94,8 +94,6 @@ def node_drain(node: dict[str, Any], count: int = 1, eviction_attempts: int = 10
             blocked.update(stuck)
             session.event("pods_evicted", node=fault["node"], evicted=[p.label() for p in done],
                           blocked=sorted(stuck))
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     if blocked and not params["allow_blocked"]:
         first = next(iter(blocked.values()))
         raise ActivityFailed(f"k8s.node_drain: {len(blocked)} pod(s) kept by a "
@@ -118,7 +116,7 @@ def pod_kill(namespace: str, label_selector: str | None = None, name: str | None
                                       "name": name, "node": node, "count": count,
                                       "grace_period_s": grace_period_s, "seed": seed})
     session = sessions.current()
-    try:
+    with failing_activity():
         target = _kubernetes(session)
         session.check_namespace(params["namespace"])
         pods = _pick_pods(target, params)
@@ -136,8 +134,6 @@ def pod_kill(namespace: str, label_selector: str | None = None, name: str | None
             session.record_external(entry, _route(target))
             session.ledger.record_reverted(entry.id, now, "no-inverse")
             killed.append(pod.label())
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     return {"killed": killed}
 
 
@@ -169,7 +165,7 @@ def _on_nodes(kind: FaultKind, action: str, selector: dict[str, Any], params: di
               inverse: Callable[[str], dict[str, str]]) -> dict[str, Any]:
     session = sessions.current()
     applied = []
-    try:
+    with failing_activity():
         target = _kubernetes(session)
         names = target.resolve_nodes(selector, count=params["count"])
         for name in names:
@@ -191,8 +187,6 @@ def _on_nodes(kind: FaultKind, action: str, selector: dict[str, Any], params: di
                 details={"inverse": dict(mark.inverse)}, via=VIA)
             session.record_external(entry, _route(target))
             applied.append({"id": entry.id, "node": name, "revert_by": mark.revert_by})
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     return {"faults": applied}
 
 

@@ -12,14 +12,12 @@ run's ledger records it so ``revert`` (and the runner, always) undoes it.
 from collections.abc import Callable
 from typing import Any
 
-from chaoslib.exceptions import ActivityFailed
-
-from faults._activity import revert_run, validated
+from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, inventory_of, selector_mapping
 from faults.base import FaultKind
 from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
 from gameday.agent.client import AgentClient
-from gameday.errors import GamedayError, InvalidInput
+from gameday.errors import InvalidInput
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]
 
@@ -101,9 +99,7 @@ def _link_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[str, 
 
 def _inject(kind: FaultKind, action: str, link: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    try:
+    with failing_activity():
         selector = selector_mapping(link, "link", _LINK_KEYS)
         return inject_on_node(kind.name, action, selector.get("node"), "link",
                               _link_target(selector), params, lease_s)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None

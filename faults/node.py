@@ -12,12 +12,12 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._activity import revert_run, validated
+from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import check_nodes
 from faults.base import FaultKind
 from faults.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
 from gameday import session as sessions
-from gameday.errors import GamedayError, InvalidInput
+from gameday.errors import InvalidInput
 
 __all__ = ["cpu_hog", "memory_hog", "revert"]
 
@@ -57,7 +57,7 @@ def revert() -> dict[str, Any]:
 def _inject(kind: FaultKind, action: str, node: str | None, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     session = sessions.current()
-    try:
+    with failing_activity():
         target = session.require_target()
         if node is None:
             if len(target.agents) != 1:
@@ -71,8 +71,6 @@ def _inject(kind: FaultKind, action: str, node: str | None, params: dict[str, An
         check_nodes(session, node)
         entry = session.inject(node=node, kind=kind.name, target={"node": node},
                                params=params, action=action, lease_s=lease_s)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
                         "injected_at": entry.injected_at, "applied_at": entry.applied_at,
                         "expires_at": entry.expires_at, "details": entry.details}]}

@@ -12,15 +12,13 @@ signals through the node's agent under a lease; the ledger records it.
 from pathlib import Path
 from typing import Any
 
-from chaoslib.exceptions import ActivityFailed
-
-from faults._activity import revert_run, validated
+from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import check_nodes, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 from gameday import session as sessions
-from gameday.errors import GamedayError, InvalidInput
+from gameday.errors import InvalidInput
 from gameday.targets import Target, read_lab_document
 
 __all__ = ["kill", "pause", "resume", "revert"]
@@ -52,10 +50,8 @@ def pause(process: dict[str, Any], duration_s: float | None = None, max_processe
 
 def resume() -> dict[str, Any]:
     """Continue every process this run paused (revert only the ``process.pause`` faults)."""
-    try:
+    with failing_activity():
         return {"reverted": revert_kinds("process.pause")}
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def revert() -> dict[str, Any]:
@@ -115,13 +111,11 @@ def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     session = sessions.current()
-    try:
+    with failing_activity():
         node, agent_target = resolve_process(selector)
         check_nodes(session, node)
         entry = session.inject(node=node, kind=kind.name, target=agent_target, params=params,
                                action=action, lease_s=lease_s)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
                         "injected_at": entry.injected_at, "applied_at": entry.applied_at,
                         "expires_at": entry.expires_at, "details": entry.details}]}

@@ -10,14 +10,11 @@ of its own) and impairs what crosses it. ``node`` names the agent when several c
 from collections.abc import Callable
 from typing import Any
 
-from chaoslib.exceptions import ActivityFailed
-
-from faults._activity import revert_run, validated
+from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, selector_mapping
 from faults.base import FaultKind
 from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
 from gameday.agent.client import AgentClient
-from gameday.errors import GamedayError
 
 __all__ = ["latency", "revert", "timeout"]
 
@@ -67,9 +64,7 @@ def _service_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[st
 
 def _inject(kind: FaultKind, action: str, service: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    try:
+    with failing_activity():
         selector = selector_mapping(service, "service", _SERVICE_KEYS)
         return inject_on_node(kind.name, action, selector.get("node"), "service",
                               _service_target(selector), params, lease_s)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None

@@ -12,15 +12,13 @@ fault was holding.
 
 from typing import Any
 
-from chaoslib.exceptions import ActivityFailed
-
-from faults._activity import revert_run, validated
+from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import check_nodes, inventory_of, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
 from gameday import session as sessions
-from gameday.errors import GamedayError, InvalidInput
+from gameday.errors import InvalidInput
 
 __all__ = ["errors", "revert", "revert_storage", "slow", "stall"]
 
@@ -72,10 +70,8 @@ def slow(storage: dict[str, Any], latency_ms: float, jitter_ms: float = 0.0,
 
 def revert_storage() -> dict[str, Any]:
     """Revert only this run's storage faults (the stall lifts mid-method, the rest stays)."""
-    try:
+    with failing_activity():
         return {"reverted": revert_kinds("storage.")}
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
 
 
 def revert() -> dict[str, Any]:
@@ -124,13 +120,11 @@ def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     session = sessions.current()
-    try:
+    with failing_activity():
         node, agent_target = resolve_storage(selector)
         check_nodes(session, node)
         entry = session.inject(node=node, kind=kind.name, target=agent_target, params=params,
                                action=action, lease_s=lease_s)
-    except GamedayError as exc:
-        raise ActivityFailed(str(exc)) from None
     return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
                         "injected_at": entry.injected_at, "applied_at": entry.applied_at,
                         "expires_at": entry.expires_at, "details": entry.details}]}

@@ -10,11 +10,9 @@ processes (it starts them; they die with it), pushes routes to the router
 ``gameday_controller_cordoned_gpus``).
 """
 
-import argparse
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -30,7 +28,7 @@ from gameday.lab.launcher import ProcessShardLauncher
 from gameday.lab.layout import LabLayout, LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.placement import GpuSlot, initial_placement
-from gameday.lab.proc import stop_on_signals, tie_to_parent
+from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 from gameday.lab.routes import Route
 
 __all__ = ["Controller", "main"]
@@ -155,10 +153,8 @@ class Controller:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gameday.lab.controller")
-    parser.add_argument("--dir", type=Path, required=True)
+    parser = lab_parser("gameday.lab.controller")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging("controller")

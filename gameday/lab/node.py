@@ -10,10 +10,8 @@ starts fresh (a node boot resets volatile counters). SIGTERM or SIGINT reverts e
 active fault and exits 0.
 """
 
-import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import structlog
 
@@ -24,7 +22,7 @@ from gameday.lab.layout import LabPaths
 from gameday.lab.link import LabLink
 from gameday.lab.logs import configure_logging
 from gameday.lab.nodebackend import NodeBackend, NodeContext, node_handlers
-from gameday.lab.proc import stop_on_signals, tie_to_parent
+from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 
 __all__ = ["main"]
 
@@ -45,14 +43,12 @@ def exporter_routes(name: str, backend: VirtualGpuBackend) -> dict[tuple[str, st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gameday.lab.node")
-    parser.add_argument("--dir", type=Path, required=True)
+    parser = lab_parser("gameday.lab.node")
     parser.add_argument("--name", required=True)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--exporter-port", type=int, required=True)
     parser.add_argument("--agent-port", type=int, required=True)
     parser.add_argument("--link-port", type=int, default=0)
-    parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging(args.name)

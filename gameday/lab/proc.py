@@ -5,6 +5,7 @@ Every lab process lives in the supervisor's process group, so ``gameday lab down
 find (and as a last resort kill) all of them, even when the supervisor is gone.
 """
 
+import argparse
 import contextlib
 import ctypes
 import os
@@ -182,3 +183,11 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     return stop
+
+
+def lab_parser(module: str) -> argparse.ArgumentParser:
+    """The command line every lab process shares: its lab directory and its parent."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--parent-pid", type=int)
+    return parser

@@ -12,14 +12,12 @@ polled from its ``/placement`` every second. A shard is reached through its node
 ``service.*`` faults (:mod:`gameday.lab.servicefaults`).
 """
 
-import argparse
 import json
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import structlog
@@ -39,7 +37,7 @@ from gameday.lab.httpjson import (
 from gameday.lab.layout import LabLayout, LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import Array, ModelSpec, combine, load_bias, load_spec
-from gameday.lab.proc import stop_on_signals, tie_to_parent
+from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 from gameday.lab.routes import Route, RouteTable, routes_from_json
 from gameday.lab.servicefaults import RouterFaults
 
@@ -198,10 +196,8 @@ class Router:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gameday.lab.router")
-    parser.add_argument("--dir", type=Path, required=True)
+    parser = lab_parser("gameday.lab.router")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging("router")

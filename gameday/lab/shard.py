@@ -25,7 +25,6 @@ Once serving, it writes ``{"url", "pid", ...}`` to the ready file (atomically). 
 starter sets ``OPENBLAS_NUM_THREADS=1``: one BLAS thread, deterministic sums.
 """
 
-import argparse
 import os
 import sys
 import threading
@@ -49,7 +48,7 @@ from gameday.lab.httpjson import (
 from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import ShardWeights, load_shard, load_spec
-from gameday.lab.proc import stop_on_signals, tie_to_parent
+from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 
 __all__ = ["ShardOutOfMemory", "ShardServer", "gpu_fault", "main", "out_of_memory",
            "throttle_delay_s"]
@@ -185,14 +184,12 @@ class ShardServer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gameday.lab.shard")
-    parser.add_argument("--dir", type=Path, required=True)
+    parser = lab_parser("gameday.lab.shard")
     parser.add_argument("--shard", type=int, required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--gpu", type=int, required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready-file", type=Path)
-    parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging(f"shard-{args.shard}")

@@ -34,7 +34,6 @@ are leftovers of a crash and are removed) — or from step 0 when there is none.
 SIGTERM or SIGINT: stop after the current step (the writer finishes its write) and exit 0.
 """
 
-import argparse
 import io
 import os
 import re
@@ -54,7 +53,7 @@ import structlog
 from gameday.lab.httpjson import Handler, JsonServer, Request, Response, json_response
 from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
-from gameday.lab.proc import tie_to_parent
+from gameday.lab.proc import lab_parser, tie_to_parent
 
 __all__ = ["CHECKPOINT_DIR", "Checkpoint", "CheckpointStore", "Trainer", "main"]
 
@@ -278,12 +277,10 @@ def routes(trainer: Trainer) -> dict[tuple[str, str], Handler]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gameday.lab.trainer")
-    parser.add_argument("--dir", type=Path, required=True)
+    parser = lab_parser("gameday.lab.trainer")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
     parser.add_argument("--step-s", type=float, default=0.25, help="seconds per step")
-    parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging("trainer")

@@ -45,7 +45,9 @@ sys.path.insert(0, str(REPO / "tests" / "k8s"))
 
 import structlog  # noqa: E402
 
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+# as `gameday agent serve` configures it (gameday/agent/serve.py), at WARNING
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                    cache_logger_on_first_use=True)
 
 TOKEN = "bench-fanout-token"
 DEFAULT_AGENT_STATE = "/dev/shm" if Path("/dev/shm").is_dir() else None

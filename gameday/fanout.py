@@ -2,12 +2,23 @@
 
 Targets are grouped by node, and each node's targets go to its agent in ONE batch
 request (``POST /v1/faults:batch``, up to 1,024 per request; docs/agent-api.md), which
-the agent applies all or nothing under one state write; up to ``concurrency`` nodes are
-worked on at once. A batch that fails for a reason that may pass (agent unreachable,
-timeout, ``5xx``, ``429``) is retried whole with exponential back-off (tenacity, on an
-injectable sleep); a refusal (``4xx``: bad parameters, conflict, unknown kind) is not.
-Every target gets a :class:`TargetResult`: the refused one says why, the others of its
-batch say they were not applied because of it.
+the agent applies all or nothing under one state write; up to ``concurrency`` agents
+have a request in flight at once. It all runs on the calling thread, without a thread
+per agent: each request is sent on its agent's kept-alive connection
+(:class:`gameday.agent.client.Exchange`) and each answer is read when its socket becomes
+readable (``selectors``). A target whose request failed for a reason that may pass
+(agent unreachable, no answer within the client's timeout, ``5xx``, ``429``) is tried
+again, with the others of its node that failed so, after an exponential back-off
+(tenacity's ``wait_exponential``; slept through an injectable sleep when nothing else is
+in flight); a refusal (``4xx``: bad parameters, conflict, unknown kind) is not. Every
+target gets a :class:`TargetResult`: the refused one says why, the others of its batch
+say they were not applied because of it.
+
+An interruption (a signal, an activity timeout) stops the sending: the answers of the
+requests already in flight are still read (signals deferred meanwhile) and their
+outcomes kept, so what the agents applied is recorded, then rolled back by the caller.
+Only an answer being read at the very moment of the interruption is lost; its agent
+reverts that fault when the lease lapses.
 
 If any target failed, everything this fan-out applied is reverted (one batch revert per
 node, concurrently) and the report says which targets failed and why, and what was
@@ -23,23 +34,18 @@ at most their lease: the agents revert them when it lapses.
 """
 
 import os
+import selectors
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import structlog
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import RetryCallState, Retrying, wait_exponential
 
 from gameday import signals
-from gameday.agent.client import BatchFailed
+from gameday.agent.client import BatchFailed, BatchResult, Exchange
 from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError
 from gameday.ledger import FaultEntry
@@ -54,6 +60,7 @@ __all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "NotApplied", "Targe
 log = structlog.get_logger("gameday.fanout")
 
 J = TypeVar("J")
+T = TypeVar("T")
 
 #: Nodes worked on at once by default (``FanoutOptions.concurrency``).
 CONCURRENCY_ENV = "GAMEDAY_FANOUT_CONCURRENCY"
@@ -68,10 +75,10 @@ def _env_int(name: str, default: int) -> int:
 class FanoutOptions:
     """How wide and how stubborn a fan-out is."""
 
-    concurrency: int = field(default_factory=lambda: _env_int(CONCURRENCY_ENV, 64))  # nodes
+    concurrency: int = field(default_factory=lambda: _env_int(CONCURRENCY_ENV, 64))  # agents
     attempts: int = 3              # per target, for failures that may pass
     backoff_s: float = 0.05        # first retry delay; doubles, capped at 2 s
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] = time.sleep  # the back-off, when nothing is in flight
 
 
 @dataclass(frozen=True)
@@ -151,64 +158,172 @@ class _Outcome(Generic[J]):
     attempts: int
 
 
-def _retrying(options: FanoutOptions) -> Retrying:
-    """Tries again what raised a transient failure, with exponential back-off."""
-    return Retrying(stop=stop_after_attempt(max(1, options.attempts)),
-                    wait=wait_exponential(multiplier=options.backoff_s, max=2.0),
-                    retry=retry_if_exception(_transient), sleep=options.sleep, reraise=True)
+class Waiting(Protocol):
+    """A batch's request in flight: its answer is read when :meth:`fileno` is readable."""
+
+    @property
+    def deadline(self) -> float: ...  # time.monotonic() by which the answer is due
+
+    def fileno(self) -> int: ...
+
+    def result(self) -> list[Any]: ...  # a value or an exception per job, or raises
+
+    def cancel(self, reason: str) -> None: ...
 
 
-#: One batch's results, a value or the exception for each job, in the batch's order.
-BatchCall = Callable[[str, list[J]], list[Any]]
+class Then(Generic[T]):
+    """An agent exchange whose answer ``finish`` turns into a value per job (``finish``
+    gets a callable that returns the answer or raises the agent's error)."""
+
+    def __init__(self, exchange: Exchange[T],
+                 finish: Callable[[Callable[[], T]], list[Any]]) -> None:
+        self.exchange = exchange
+        self.finish = finish
+
+    @property
+    def deadline(self) -> float:
+        return self.exchange.deadline
+
+    def fileno(self) -> int:
+        return self.exchange.fileno()
+
+    def result(self) -> list[Any]:
+        return self.finish(self.exchange.result)
+
+    def cancel(self, reason: str) -> None:
+        self.exchange.cancel(reason)
+
+
+#: One batch: the values of its jobs now (a value or an exception each), or a request
+#: in flight whose answer gives them.
+BatchCall = Callable[[str, list[J]], "list[Any] | Waiting"]
+
+
+@dataclass
+class _Batch(Generic[J]):
+    node: str
+    items: list[tuple[int, J]]  # (position in the jobs, job)
+    attempt: int = 1
+    due: float = 0.0  # a retry: not sent before this time.monotonic()
+    waiting: Waiting | None = None
+    settled: bool = False
+
+
+def _backoff(options: FanoutOptions) -> Callable[[int], float]:
+    """Seconds to wait after try ``attempt`` (tenacity's exponential back-off)."""
+    wait = wait_exponential(multiplier=options.backoff_s, max=2.0)
+    state = RetryCallState(Retrying(), fn=None, args=(), kwargs={})
+
+    def delay(attempt: int) -> float:
+        state.attempt_number = attempt
+        return float(wait(state))
+
+    return delay
 
 
 def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
             options: FanoutOptions = FanoutOptions(),
             sink: list[_Outcome[J]] | None = None) -> list[_Outcome[J]]:
     """Run ``call(node, batch)`` for every node's jobs (in batches of at most 1,024, one
-    after the other), ``concurrency`` nodes at once, retrying a batch whose call raised a
-    transient failure; ``call`` returns a value or an exception per job. Outcomes come in
-    the order of ``jobs``. Each outcome is also appended to ``sink`` as it comes, so a
-    caller interrupted meanwhile (a signal, an activity timeout) still knows what was
-    done: the pool is joined before the interruption leaves this function."""
+    after the other per node), with up to ``concurrency`` requests in flight, all on
+    this thread; a job whose value is a transient failure is tried again (with the
+    others of its batch that failed so) until ``attempts``. Outcomes come in the order
+    of ``jobs``; each is also appended to ``sink`` as it comes, so a caller interrupted
+    meanwhile (a signal, an activity timeout) still knows what was done: the answers
+    already in flight are read before the interruption leaves this function."""
     by_node: dict[str, list[tuple[int, J]]] = defaultdict(list)
     for position, job in enumerate(jobs):
         by_node[node_of(job)].append((position, job))
+    queue: deque[_Batch[J]] = deque(
+        _Batch(node, items[start:start + MAX_BATCH_ITEMS])
+        for node, items in by_node.items() for start in range(0, len(items), MAX_BATCH_ITEMS))
     outcomes: list[_Outcome[J] | None] = [None] * len(jobs)
+    retries: list[_Batch[J]] = []
+    flights: dict[int, _Batch[J]] = {}  # by socket
+    busy: set[str] = set()  # nodes with a request in flight (one connection each)
+    delay = _backoff(options)
+    selector = selectors.DefaultSelector()
+    width = max(1, options.concurrency)
 
-    def batch(node: str, items: list[tuple[int, J]]) -> list[_Outcome[J]]:
-        tries = 0
-        batch_jobs = [job for _, job in items]
+    def settle(batch: _Batch[J], values: list[Any]) -> None:
+        again, done = [], []
+        for (position, job), value in zip(batch.items, values, strict=True):
+            error = value if isinstance(value, BaseException) else None
+            if error is not None and _transient(error) and batch.attempt < options.attempts:
+                again.append((position, job))
+                continue
+            outcome = _Outcome(job, None if error else value, error, batch.attempt)
+            outcomes[position] = outcome
+            done.append(outcome)
+        if sink is not None:
+            sink.extend(done)
+        batch.settled = True
+        busy.discard(batch.node)
+        if again:
+            retries.append(_Batch(batch.node, again, batch.attempt + 1,
+                                  due=time.monotonic() + delay(batch.attempt)))
 
-        def attempt() -> list[Any]:
-            nonlocal tries
-            tries += 1
-            return call(node, batch_jobs)
-
+    def launch(batch: _Batch[J]) -> None:
+        busy.add(batch.node)
         try:
-            values = _retrying(options)(attempt)
+            step = call(batch.node, [job for _, job in batch.items])
         except Exception as exc:
-            return [_Outcome(job, None, exc, tries) for job in batch_jobs]
-        return [_Outcome(job, None, value, tries) if isinstance(value, BaseException)
-                else _Outcome(job, value, None, tries)
-                for job, value in zip(batch_jobs, values, strict=True)]
+            settle(batch, [exc] * len(batch.items))
+            return
+        if isinstance(step, list):
+            settle(batch, step)
+            return
+        batch.waiting = step
+        flights[step.fileno()] = batch
+        selector.register(step.fileno(), selectors.EVENT_READ, batch)
 
-    def node_worker(node: str, items: list[tuple[int, J]]) -> None:
-        for start in range(0, len(items), MAX_BATCH_ITEMS):
-            chunk = items[start:start + MAX_BATCH_ITEMS]
-            done = batch(node, chunk)
-            for (position, _), outcome in zip(chunk, done, strict=True):
-                outcomes[position] = outcome
-            if sink is not None:
-                sink.extend(done)
+    def land(batch: _Batch[J]) -> None:
+        assert batch.waiting is not None
+        try:
+            values = batch.waiting.result()
+        except Exception as exc:
+            values = [exc] * len(batch.items)
+        if not batch.settled:
+            settle(batch, values)
+        for fd in [fd for fd, flying in flights.items() if flying is batch]:
+            selector.unregister(fd)
+            del flights[fd]
 
-    workers = max(1, min(options.concurrency, len(by_node)))
-    if workers == 1:
-        for node, items in by_node.items():
-            node_worker(node, items)
-    else:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fanout") as pool:
-            list(pool.map(node_worker, by_node.keys(), by_node.values()))
+    try:
+        while queue or retries or flights:
+            now = time.monotonic()
+            for batch in [b for b in retries if b.due <= now]:
+                retries.remove(batch)
+                queue.append(batch)
+            for _ in range(len(queue)):
+                if len(flights) >= width:
+                    break
+                batch = queue.popleft()
+                if batch.node in busy:
+                    queue.append(batch)
+                else:
+                    launch(batch)
+            if flights:
+                wake = min([b.waiting.deadline for b in flights.values() if b.waiting]
+                           + [b.due for b in retries])
+                for key, _ in selector.select(max(0.0, wake - time.monotonic())):
+                    land(key.data)
+                now = time.monotonic()
+                for batch in list(flights.values()):
+                    if batch.waiting is not None and batch.waiting.deadline <= now:
+                        batch.waiting.cancel("no answer within the client's timeout")
+                        land(batch)
+            elif retries and not queue:
+                first = min(retries, key=lambda b: b.due)
+                options.sleep(max(0.0, first.due - now))
+                first.due = 0.0  # slept: due now (whatever clock the sleep keeps)
+    except BaseException:
+        with signals.deferred():  # read what is in flight: the agents applied it
+            for batch in list(flights.values()):
+                land(batch)
+        raise
+    finally:
+        selector.close()
     return [o for o in outcomes if o is not None]
 
 
@@ -252,25 +367,31 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
     target = session.require_target()
     lease = session.lease(lease_s)
 
-    def apply(node: str, batch: list["InjectRequest"]) -> list[FaultEntry | BaseException]:
+    def apply(node: str, batch: list["InjectRequest"]
+              ) -> list[FaultEntry | BaseException] | Waiting:
         client = target.agent(node)
         for position, request in enumerate(batch):  # allowlist and locks, before the agent
             try:
                 session.admit(node, request.target)
             except BlastRadiusExceeded:
-                raise  # the whole node is refused: no retry (not transient)
+                raise  # the whole node is refused (not transient)
             except GamedayError as exc:
                 return _one_failed(batch, position, exc)
-        try:
-            faults = client.inject_many([
-                {"kind": request.kind, "target": dict(request.target),
-                 "params": dict(request.params), "lease_s": lease} for request in batch])
-        except BatchFailed as exc:
-            if _transient(exc) or exc.index is None or not 0 <= exc.index < len(batch):
-                raise  # the whole batch: retried if it may pass
-            return _one_failed(batch, exc.index, exc)
-        return [session.entry(request, client.url, fault, lease=lease, action=action)
-                for request, fault in zip(batch, faults, strict=True)]
+
+        def finish(answer: Callable[[], list[dict[str, Any]]]
+                   ) -> list[FaultEntry | BaseException]:
+            try:
+                faults = answer()
+            except BatchFailed as exc:
+                if _transient(exc) or exc.index is None or not 0 <= exc.index < len(batch):
+                    raise  # the whole batch: tried again if it may pass
+                return _one_failed(batch, exc.index, exc)
+            return [session.entry(request, client.url, fault, lease=lease, action=action)
+                    for request, fault in zip(batch, faults, strict=True)]
+
+        return Then(client.start_inject_many([
+            {"kind": request.kind, "target": dict(request.target),
+             "params": dict(request.params), "lease_s": lease} for request in batch]), finish)
 
     done: list[_Outcome[InjectRequest]] = []
     try:
@@ -306,27 +427,16 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
     fault that could not be reverted (``"<kind> <id> on <node>: <why>"``)."""
     target = session.require_target()
 
-    def revert(node: str, batch: list[FaultEntry]) -> list[dict[str, Any] | BaseException]:
-        client = target.agent(node)
-        done: dict[str, Any] = {}
-        pending = [entry.id for entry in batch]
-
-        def once() -> None:  # ids that failed for a reason that may pass are tried again
-            nonlocal pending
-            result = client.revert_many(pending)
-            done.update(result.done)
-            done.update(result.failed)
-            pending = [i for i, exc in result.failed.items() if _transient(exc)]
-            if pending:
-                raise result.failed[pending[0]]
-
-        try:
-            _retrying(options)(once)
-        except AgentError as exc:  # the batch's error for each fault without its own
-            for fault_id in pending:
-                done.setdefault(fault_id, exc)
+    def revert(node: str, batch: list[FaultEntry]) -> Waiting:
         missing = AgentError(f"agent of {node}: no answer for this fault")
-        return [done.get(entry.id, missing) for entry in batch]
+
+        def finish(answer: Callable[[], BatchResult]) -> list[dict[str, Any] | BaseException]:
+            result = answer()  # a failed id that may pass is tried again by fan_out
+            return [result.done.get(entry.id) or result.failed.get(entry.id) or missing
+                    for entry in batch]
+
+        client = target.agent(node)
+        return Then(client.start_revert_many([entry.id for entry in batch]), finish)
 
     finished: list[_Outcome[FaultEntry]] = []
     try:

@@ -4,20 +4,31 @@ Every failure is a :class:`gameday.errors.AgentError` whose message is one line 
 the agent and carrying the agent's own error text; ``status`` is the HTTP status, or
 ``None`` when the agent could not be reached or did not answer in time. A renew of a
 fault the agent already reverted raises :class:`LeaseLost`.
+
+Every request is an :class:`Exchange`: sent, then its answer read. The plain methods do
+both at once; the ``start_*`` methods return the exchange once the request is sent, so
+that one thread can have a request in flight to many agents and read each answer when
+its socket becomes readable (:mod:`gameday.fanout`).
 """
 
 import http.client
 import json
+import socket
+import ssl
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
 from gameday.agent.protocol import MAX_BATCH_ITEMS
+from gameday.agent.wire import MalformedAnswer, PeerClosed, read_answer, request_bytes
 from gameday.errors import AgentError
 
-__all__ = ["AgentClient", "BatchFailed", "BatchResult", "LeaseLost"]
+__all__ = ["AgentClient", "BatchFailed", "BatchResult", "Exchange", "LeaseLost"]
+
+T = TypeVar("T")
 
 
 class LeaseLost(AgentError):
@@ -55,8 +66,7 @@ class BatchResult:
 
 # A request on a kept-alive connection that the agent had already closed fails with
 # one of these before the agent saw it; it is sent again once on a new connection.
-_STALE_CONNECTION = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-                     http.client.CannotSendRequest)
+_STALE_CONNECTION = (PeerClosed, BrokenPipeError, ConnectionResetError)
 
 
 class AgentClient:
@@ -76,7 +86,9 @@ class AgentClient:
         self._prefix = parts.path.rstrip("/")
         self._token = token
         self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
+        self._host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+        self._sock: socket.socket | None = None
+        self._rfile: Any = None  # the connection's buffered reader
         self._conn_used = False
 
     def __repr__(self) -> str:
@@ -126,27 +138,40 @@ class AgentClient:
         (which item, why) when the agent refused one: then none of them is applied.
 
         At most 1,024 faults (``MAX_BATCH_ITEMS``) per call."""
+        return self.start_inject_many(faults).result()
+
+    def start_inject_many(self, faults: Sequence[Mapping[str, Any]]
+                          ) -> "Exchange[list[dict[str, Any]]]":
+        """:meth:`inject_many`, sent: its answer is the exchange's :meth:`Exchange.result`."""
         _check_size(len(faults))
         body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
                             "params": dict(f.get("params") or {}), "lease_s": f["lease_s"]}
                            for f in faults]}
-        try:
-            answer = self._call("POST", "/v1/faults:batch", body)
-        except _Refused as refused:
-            raise BatchFailed(refused.message, status=refused.status,
-                              index=refused.answer.get("index"),
-                              rolled_back=refused.answer.get("rolled_back") or (),
-                              revert_failed=refused.answer.get("revert_failed") or ()) from None
-        applied = answer.get("faults")
-        if not isinstance(applied, list) or len(applied) != len(faults):
-            raise AgentError(f"agent {self.url}: POST /v1/faults:batch answered "
-                             f"{len(applied) if isinstance(applied, list) else 'no'} faults "
-                             f"for {len(faults)}")
-        return applied
+
+        def decode(answer: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+            try:
+                applied = answer().get("faults")
+            except _Refused as refused:
+                details = refused.answer
+                raise BatchFailed(refused.message, status=refused.status,
+                                  index=details.get("index"),
+                                  rolled_back=details.get("rolled_back") or (),
+                                  revert_failed=details.get("revert_failed") or ()) from None
+            if not isinstance(applied, list) or len(applied) != len(faults):
+                raise AgentError(f"agent {self.url}: POST /v1/faults:batch answered "
+                                 f"{len(applied) if isinstance(applied, list) else 'no'} "
+                                 f"faults for {len(faults)}")
+            return applied
+
+        return self._start("POST", "/v1/faults:batch", body, decode)
 
     def revert_many(self, fault_ids: Sequence[str]) -> BatchResult:
         """Revert many faults in one request (idempotent, as :meth:`revert`); at most
         1,024 ids per call."""
+        return self.start_revert_many(fault_ids).result()
+
+    def start_revert_many(self, fault_ids: Sequence[str]) -> "Exchange[BatchResult]":
+        """:meth:`revert_many`, sent: its answer is the exchange's :meth:`Exchange.result`."""
         _check_size(len(fault_ids))
         return self._batch("/v1/faults:batch-revert", {"ids": list(fault_ids)})
 
@@ -157,7 +182,7 @@ class AgentClient:
         body: dict[str, Any] = {"ids": list(fault_ids)}
         if lease_s is not None:
             body["lease_s"] = lease_s
-        return self._batch("/v1/faults:batch-renew", body)
+        return self._batch("/v1/faults:batch-renew", body).result()
 
     def faults(self, include_reverted: bool = False) -> list[dict[str, Any]]:
         """Active faults; with ``include_reverted``, the recently reverted ones too."""
@@ -173,31 +198,44 @@ class AgentClient:
 
     # -- transport -------------------------------------------------------------------
 
-    def _batch(self, path: str, body: dict[str, Any]) -> BatchResult:
-        answer = self._call("POST", path, body)
-        done, failed = answer.get("faults"), answer.get("failed")
-        if not isinstance(done, list) or not isinstance(failed, list):
-            raise AgentError(f"agent {self.url}: POST {path} answered without faults/failed")
-        result = BatchResult(done={str(f["id"]): f for f in done})
-        for item in failed:
-            where = f"agent {self.url}: POST {path}: {item.get('id')} -> {item.get('status')}"
-            message = f"{where}: {item.get('error')}"
-            status = item.get("status") if isinstance(item.get("status"), int) else None
-            if status == 410:
-                result.failed[str(item["id"])] = LeaseLost(message, status=status,
-                                                           fault=item.get("fault"))
-            else:
-                result.failed[str(item["id"])] = AgentError(message, status=status)
-        return result
+    def _batch(self, path: str, body: dict[str, Any]) -> "Exchange[BatchResult]":
+        def decode(answer: Callable[[], dict[str, Any]]) -> BatchResult:
+            got = answer()
+            done, failed = got.get("faults"), got.get("failed")
+            if not isinstance(done, list) or not isinstance(failed, list):
+                raise AgentError(f"agent {self.url}: POST {path} answered without "
+                                 "faults/failed")
+            result = BatchResult(done={str(f["id"]): f for f in done})
+            for item in failed:
+                where = f"agent {self.url}: POST {path}: {item.get('id')} -> {item.get('status')}"
+                message = f"{where}: {item.get('error')}"
+                status = item.get("status") if isinstance(item.get("status"), int) else None
+                if status == 410:
+                    result.failed[str(item["id"])] = LeaseLost(message, status=status,
+                                                               fault=item.get("fault"))
+                else:
+                    result.failed[str(item["id"])] = AgentError(message, status=status)
+            return result
+
+        return self._start("POST", path, body, decode)
 
     def _call(self, method: str, path: str, body: object = None) -> dict[str, Any]:
-        where = f"agent {self.url}: {method} {path.partition('?')[0]}"
+        return self._start(method, path, body, lambda answer: answer()).result()
+
+    def _start(self, method: str, path: str, body: object,
+               decode: Callable[[Callable[[], dict[str, Any]]], T]) -> "Exchange[T]":
+        """Send one request; ``decode`` turns the answer (a callable that returns the
+        JSON object or raises the agent's error) into the exchange's result."""
         payload = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         if payload is not None:
             headers["Content-Type"] = "application/json"
-        with self._lock:
-            status, raw = self._exchange(where, method, self._prefix + path, payload, headers)
+        exchange = Exchange(self, method, self._prefix + path, payload, headers, decode)
+        exchange.send()
+        return exchange
+
+    def _answer(self, where: str, path: str, status: int, raw: bytes) -> dict[str, Any]:
+        """The JSON object of a 2xx answer; otherwise the agent's error, raised."""
         try:
             answer = json.loads(raw) if raw else None
         except ValueError:
@@ -216,50 +254,178 @@ class AgentClient:
             raise _Refused(message, status=status, answer=answer)
         raise AgentError(message, status=status)
 
-    def _exchange(self, where: str, method: str, path: str, payload: bytes | None,
-                  headers: dict[str, str]) -> tuple[int, bytes]:
-        """Under the lock: send one request and read the whole answer."""
-        for attempt in (1, 2):
-            reused = self._conn is not None and self._conn_used
-            conn = self._connection()
-            try:
-                conn.request(method, path, body=payload, headers=headers)
-                response = conn.getresponse()
-                raw = response.read()
-            except _STALE_CONNECTION as exc:
-                self._drop()
-                if reused and attempt == 1:
-                    continue
-                raise AgentError(f"{where}: connection failed ({_describe(exc)})") from None
-            except TimeoutError:
-                self._drop()
-                raise AgentError(f"{where}: no answer within {self.timeout_s:g}s") from None
-            except ConnectionRefusedError:
-                self._drop()
-                raise AgentError(f"{where}: cannot connect (connection refused)") from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop()
-                raise AgentError(f"{where}: cannot reach the agent ({_describe(exc)})") from None
-            self._conn_used = True
-            if response.will_close:
-                self._drop()
-            return response.status, raw
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            cls = (http.client.HTTPSConnection if self._parts.scheme == "https"
-                   else http.client.HTTPConnection)
-            self._conn = cls(self._parts.hostname or "", self._parts.port,
-                             timeout=self.timeout_s)
+    def _connection(self) -> socket.socket:
+        """The kept-alive connection, opened (and, for https, wrapped) when there is none."""
+        if self._sock is None:
+            default = 443 if self._parts.scheme == "https" else 80
+            sock = socket.create_connection((self._parts.hostname or "",
+                                             self._parts.port or default), self.timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._parts.scheme == "https":
+                sock = ssl.create_default_context().wrap_socket(
+                    sock, server_hostname=self._parts.hostname)
+            self._sock, self._rfile = sock, sock.makefile("rb")
             self._conn_used = False
-        return self._conn
+        return self._sock
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._sock is not None:
+            self._rfile.close()
+            self._sock.close()
+            self._sock = self._rfile = None
             self._conn_used = False
+
+
+class Exchange(Generic[T]):
+    """One request to an agent: sent on the client's kept-alive connection, then its
+    answer read by :meth:`result`. The client's lock is held from :meth:`send` until the
+    answer is read or the exchange is :meth:`cancel`-led, so requests on one connection
+    never interleave; one thread must not start a second exchange on a client whose
+    exchange it has not finished.
+
+    A request on a kept-alive connection that the agent had already closed fails before
+    the agent saw it; it is sent once more on a new connection.
+    """
+
+    def __init__(self, client: AgentClient, method: str, path: str, payload: bytes | None,
+                 headers: dict[str, str],
+                 decode: Callable[[Callable[[], dict[str, Any]]], T]) -> None:
+        self.client = client
+        self.where = f"agent {client.url}: {method} {path.partition('?')[0]}"
+        self.deadline = 0.0  # time.monotonic() by which the answer is due
+        self.state = "new"   # new, sending, sent, reading, done
+        self._request = (method, path, payload, headers)
+        self._decode = decode
+        self._reused = False
+        self._locked = False
+        self._outcome: tuple[T | None, BaseException | None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Exchange({self.where!r}, {self.state})"
+
+    def fileno(self) -> int:
+        """The socket the answer arrives on (for ``selectors``), or -1 if there is none."""
+        sock = self.client._sock
+        return sock.fileno() if sock is not None else -1
+
+    def send(self) -> None:
+        """Take the client's connection and send the request (connecting if needed)."""
+        if self.state != "new":
+            raise RuntimeError(f"{self!r} was already sent")
+        self.client._lock.acquire()
+        self._locked = True
+        self.state = "sending"
+        try:
+            self._send_once()
+        except BaseException:
+            self._release()
+            self.state = "done"
+            raise
+        self.state = "sent"
+
+    def result(self) -> T:
+        """Read the answer (waiting for it at most the client's timeout), give the
+        connection back and return the decoded answer, or raise the agent's error.
+        Asked again, it returns (or raises) the same."""
+        if self._outcome is None:
+            self._outcome = self._finish()
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]
+
+    def cancel(self, reason: str = "interrupted before the answer was read") -> None:
+        """Stop waiting for the answer, which :meth:`result` then raises as an
+        :class:`AgentError` with ``reason`` (without a status: it may pass): the
+        connection is closed (the agent may still have done what was asked) and given
+        back."""
+        if self._outcome is None:
+            self._outcome = (None, AgentError(f"{self.where}: {reason}"))
+        if self._locked:
+            self.client._drop()
+        self._release()
+        self.state = "done"
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _send_once(self) -> None:
+        client = self.client
+        method, path, payload, headers = self._request
+        data = request_bytes(method, client._host, path, headers, payload)
+        for attempt in (1, 2):
+            self._reused = client._sock is not None and client._conn_used
+            try:
+                client._connection().sendall(data)
+            except _STALE_CONNECTION as exc:
+                client._drop()
+                if self._reused and attempt == 1:
+                    continue
+                raise self._failure(exc) from None
+            except BaseException as exc:
+                client._drop()
+                if isinstance(exc, OSError):
+                    raise self._failure(exc) from None
+                raise
+            self.deadline = time.monotonic() + client.timeout_s
+            return
+
+    def _finish(self) -> tuple[T | None, BaseException | None]:
+        if self.state != "sent":  # its sending or a read was cut short (interrupted)
+            self.cancel()
+            assert self._outcome is not None
+            return self._outcome
+        self.state = "reading"
+        try:
+            status, raw = self._read()
+        except AgentError as exc:
+            return None, exc
+        except BaseException:
+            self.client._drop()  # cut mid-answer: the connection is unusable
+            raise
+        finally:
+            self._release()
+            self.state = "done"
+        try:
+            return self._decode(lambda: self.client._answer(self.where, self._request[1],
+                                                             status, raw)), None
+        except AgentError as exc:
+            return None, exc
+
+    def _read(self) -> tuple[int, bytes]:
+        client = self.client
+        for attempt in (1, 2):
+            try:
+                answer = read_answer(client._rfile)
+            except _STALE_CONNECTION as exc:
+                client._drop()
+                if self._reused and attempt == 1:
+                    self._send_once()  # on a new connection
+                    continue
+                raise self._failure(exc) from None
+            except (OSError, MalformedAnswer) as exc:
+                client._drop()
+                raise self._failure(exc) from None
+            client._conn_used = True
+            if answer.will_close:
+                client._drop()
+            return answer.status, answer.body
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _failure(self, exc: BaseException) -> AgentError:
+        if isinstance(exc, TimeoutError):
+            return AgentError(f"{self.where}: no answer within {self.client.timeout_s:g}s")
+        if isinstance(exc, ConnectionRefusedError):
+            return AgentError(f"{self.where}: cannot connect (connection refused)")
+        if isinstance(exc, _STALE_CONNECTION):
+            return AgentError(f"{self.where}: connection failed ({_describe(exc)})")
+        if isinstance(exc, MalformedAnswer):
+            return AgentError(f"{self.where}: malformed answer ({exc})")
+        return AgentError(f"{self.where}: cannot reach the agent ({_describe(exc)})")
+
+    def _release(self) -> None:
+        if self._locked:
+            self._locked = False
+            self.client._lock.release()
 
 
 class _Refused(AgentError):

@@ -161,7 +161,7 @@ def test_an_interruption_mid_fan_out_still_records_what_was_applied(tmp_path: Pa
                             params={"kind": "single_bit", "count": 1, "xid": None,
                                     "corrupt_weights": False},
                             options=FanoutOptions(concurrency=4))
-            # the pool was joined before the interruption left: everything is recorded
+            # the answers in flight were read before the interruption left: all recorded
             assert len(session.ledger.active()) == agents.active_faults() == 16
             assert session.close() == []
             assert agents.active_faults() == 0

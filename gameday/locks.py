@@ -1,28 +1,39 @@
 """Target locks: two runs never fault the same GPU, link, path or pod at once.
 
-Each target has a lock file under ``$GAMEDAY_HOME/locks`` (one file per target key,
-e.g. ``node-0.gpu-2.lock``). A run takes the lock with ``flock(LOCK_EX | LOCK_NB)``
-*before* it injects and writes who holds it (run id, pid, host, since) into the file.
-The kernel drops an ``flock`` when its holder dies, however it dies (SIGKILL, OOM,
-power loss of a process), so a lock can never outlive a dead run: the next run simply
-takes it, and the stale text in the file is overwritten. A second run that finds the
-lock taken is refused with :class:`TargetLocked`, whose message names the holder.
+Under ``$GAMEDAY_HOME/locks`` there is ONE lock file, ``targets.lock``, and each target
+key (``node-0.gpu-2``, ``node-1.link-eth0``, ...) is one byte of it, at an offset derived
+from the key's SHA-256 (62 bits: two keys sharing a byte is not a practical concern). A
+run takes a target's byte with an open-file-description lock (``F_OFD_SETLK``, write,
+non-blocking) *before* it injects; a byte already locked refuses the run with
+:class:`TargetLocked`. Taking a lock is a system call on a file the run opened once, not
+a file per target: a fan-out over a fleet locks 1,024 GPUs in a few milliseconds.
 
-Lock files are never deleted (deleting a lock file while another process waits on it
-would let two holders exist); an unheld file is harmless and a few bytes long.
+Who holds what: each run that holds locks keeps ``runs/<run id>.held``, whose first line
+is the holder (run id, pid, host, since) and each further line a target key it locked,
+and holds an ``flock`` on it for as long as it holds locks. A refused run names the
+holder by finding the key in a live holder file.
+
+The kernel drops both kinds of lock when their holder dies, however it dies (SIGKILL,
+OOM, power loss of a process), so a lock can never outlive a dead run: the next run
+simply takes it. A dead run's holder file stays, unlocked, and is ignored (and removed
+by the next scan); a holder file appears under its final name only once it is locked.
 
 Scope: the locks are per ``$GAMEDAY_HOME`` on one machine (runs sharing a home on one
 host). Runs started from different machines are kept apart by the agents' own
-conflict check (``409`` for a second fault of the same kind on the same target).
+conflict check (``409`` for a second fault of the same kind on the same target). Where
+the platform has no open-file-description locks (not Linux), POSIX record locks are
+used: then two sessions in ONE process do not exclude each other.
 """
 
 import contextlib
 import datetime
 import fcntl
+import hashlib
 import json
 import os
 import re
 import socket
+import struct
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,7 +42,14 @@ from typing import Any
 
 from gameday.errors import GamedayError
 
+__all__ = ["Holder", "TargetLocked", "TargetLocks", "live_holders", "runs_holding_locks",
+           "target_key"]
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+TARGETS_FILE = "targets.lock"
+RUNS_DIR = "runs"
+_HELD_SUFFIX = ".held"
+_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
 
 
 class TargetLocked(GamedayError):
@@ -42,7 +60,7 @@ class TargetLocked(GamedayError):
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lock, as written in its file."""
+    """Who holds a lock, as written in its holder file."""
 
     run_id: str
     pid: int
@@ -60,17 +78,22 @@ def target_key(node: str, target: Mapping[str, Any]) -> str:
     return ".".join(_UNSAFE.sub("_", str(part)) for part in parts) or "_"
 
 
-def read_holder(path: Path) -> Holder | None:
-    """The holder recorded in a lock file (may be stale), or None."""
+def _offset(key: str) -> int:
+    """The byte of ``targets.lock`` that stands for ``key``."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 2
+
+
+def _lock_byte(fd: int, offset: int) -> bool:
+    """Take the write lock of one byte without waiting; False if someone else holds it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "null")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    return Holder(run_id=str(data.get("run_id", "?")), pid=int(data.get("pid", 0) or 0),
-                  host=str(data.get("host", "?")), since=str(data.get("since", "?")),
-                  target=str(data.get("target", path.stem)))
+        if _OFD_SETLK is not None:
+            fcntl.fcntl(fd, _OFD_SETLK,
+                        struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+        else:  # pragma: no cover - not Linux
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
+    except (BlockingIOError, PermissionError):
+        return False
+    return True
 
 
 class TargetLocks:
@@ -79,14 +102,11 @@ class TargetLocks:
     def __init__(self, directory: Path | None, run_id: str) -> None:
         self.directory = directory
         self.run_id = run_id
-        self._held: dict[str, int] = {}
+        self._held: set[str] = set()
         self._guard = threading.Lock()
-        self._made = False  # the directory exists (made once, not per lock)
-        self._host = socket.gethostname()
-
-    def path(self, key: str) -> Path:
-        assert self.directory is not None
-        return self.directory / f"{key}.lock"
+        self._targets: int | None = None  # fd of targets.lock
+        self._record: int | None = None   # fd of this run's holder file (flock'd)
+        self._record_path: Path | None = None
 
     def held(self) -> list[str]:
         with self._guard:
@@ -99,60 +119,99 @@ class TargetLocks:
         with self._guard:
             if key in self._held:
                 return
-            if not self._made:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._made = True
-            path = self.path(key)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                holder = read_holder(path)
+            targets = self._open(self.directory)
+            if not _lock_byte(targets, _offset(key)):
+                holder = next((h for h in live_holders(self.directory) if h.target == key),
+                              None)
                 who = holder.describe() if holder else "another run"
                 raise TargetLocked(f"target {key} is locked by {who}; nothing injected "
-                                   f"(lock file {path})") from None
-            stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-            record = {"run_id": self.run_id, "pid": os.getpid(), "host": self._host,
-                      "since": stamp, "target": key}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-            self._held[key] = fd
+                                   f"(lock file {self.directory / TARGETS_FILE})")
+            assert self._record is not None
+            os.write(self._record, f"{key}\n".encode())
+            self._held.add(key)
 
     def release_all(self) -> None:
-        """Drop every lock this run holds (the file stays, emptied)."""
+        """Drop every lock this run holds, and its holder file."""
         with self._guard:
-            held, self._held = self._held, {}
-        for fd in held.values():
+            targets, record, path = self._targets, self._record, self._record_path
+            self._targets = self._record = self._record_path = None
+            self._held = set()
+        if path is not None:
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+                path.unlink()
+        for fd in (targets, record):
+            if fd is not None:
+                os.close(fd)  # drops the byte locks, then the holder's flock
+
+    def _open(self, directory: Path) -> int:
+        """Under the guard: ``targets.lock`` and this run's holder file, opened once."""
+        if self._targets is not None:
+            return self._targets
+        runs = directory / RUNS_DIR
+        runs.mkdir(parents=True, exist_ok=True)
+        final = runs / f"{_UNSAFE.sub('_', self.run_id)}{_HELD_SUFFIX}"
+        temporary = runs / f".{final.name}.{os.getpid()}.tmp"
+        record = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+                         | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(record, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+            os.write(record, (json.dumps({"run_id": self.run_id, "pid": os.getpid(),
+                                          "host": socket.gethostname(), "since": stamp})
+                              + "\n").encode())
+            os.replace(temporary, final)  # seen by others only once locked
+            targets = os.open(directory / TARGETS_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                              0o644)
+        except BaseException:
+            os.close(record)
             with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                temporary.unlink()
+            raise
+        self._targets, self._record, self._record_path = targets, record, final
+        return targets
+
+
+def _read_holder(path: Path) -> list[Holder]:
+    """One :class:`Holder` per target key in a holder file (none if it is unreadable)."""
+    try:
+        first, *keys = path.read_text(encoding="utf-8").splitlines()
+        data = json.loads(first)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    return [Holder(run_id=str(data.get("run_id", "?")), pid=int(data.get("pid", 0) or 0),
+                   host=str(data.get("host", "?")), since=str(data.get("since", "?")),
+                   target=key) for key in keys if key]
+
+
+def live_holders(directory: Path) -> list[Holder]:
+    """Every target lock held by a live run, as a :class:`Holder` each (holder files of
+    dead runs are removed on the way)."""
+    found: list[Holder] = []
+    runs = directory / RUNS_DIR
+    if not runs.is_dir():
+        return found
+    for path in sorted(runs.glob(f"*{_HELD_SUFFIX}")):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            found += _read_holder(path)  # its run is alive
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()  # a dead run's: it can never be locked again
+        finally:
             os.close(fd)
-
-
-def live_holder(path: Path) -> Holder | None:
-    """The holder of a lock file if some live process holds it now, else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return read_holder(path) or Holder("?", 0, "?", "?", path.stem)
-    finally:
-        os.close(fd)
-    return None
+    return found
 
 
 def runs_holding_locks(directory: Path) -> dict[str, Holder]:
     """Run id -> holder, for every run that holds at least one live lock."""
     found: dict[str, Holder] = {}
-    if not directory.is_dir():
-        return found
-    for path in sorted(directory.glob("*.lock")):
-        holder = live_holder(path)
-        if holder is not None:
-            found.setdefault(holder.run_id, holder)
+    for holder in live_holders(directory):
+        found.setdefault(holder.run_id, holder)
     return found

@@ -15,6 +15,7 @@ import yaml
 from safety_helpers import REPO, env_for, gameday, wait_for
 
 from gameday.agent.client import AgentClient
+from gameday.locks import live_holders
 from tests.conftest import read_json
 
 pytestmark = pytest.mark.lab
@@ -131,8 +132,9 @@ def test_second_run_on_a_locked_gpu_is_refused(tmp_path: Path, env: dict[str, st
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(marker.exists, 60, "the first run to hold its fault")
-        [lock] = list((Path(env["GAMEDAY_HOME"]) / "locks").glob("node-1.gpu-2.lock"))
-        run_id = read_json(lock)["run_id"]
+        [lock] = [h for h in live_holders(Path(env["GAMEDAY_HOME"]) / "locks")
+                  if h.target == "node-1.gpu-2"]
+        run_id = lock.run_id
         second = experiment(tmp_path / "second.yaml", method=[ecc("node-1", 2)])
         refused = gameday(["run", str(second)], env)
         assert refused.returncode == 2, refused.stdout + refused.stderr

@@ -18,7 +18,7 @@ from gameday.cleanup import cleanup
 from gameday.errors import BlastRadiusExceeded
 from gameday.extension import BlastRadius, Extension
 from gameday.ledger import append_event, read_ledger
-from gameday.locks import TargetLocked, TargetLocks
+from gameday.locks import TargetLocked, TargetLocks, live_holders
 from gameday.session import Session
 from gameday.targetconfig import AgentEndpoint, TargetConfig
 from gameday.targets import GpuRef
@@ -54,9 +54,13 @@ def test_a_lock_dies_with_its_holder(tmp_path: Path) -> None:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     after = TargetLocks(tmp_path, "next")
-    after.acquire("node-0.gpu-0")  # the kernel dropped the dead run's flock
-    assert json.loads((tmp_path / "node-0.gpu-0.lock").read_text())["run_id"] == "next"
+    after.acquire("node-0.gpu-0")  # the kernel dropped the dead run's lock
+    holders = live_holders(tmp_path)
+    assert [(h.run_id, h.pid, h.target) for h in holders] == [("next", os.getpid(),
+                                                                "node-0.gpu-0")]
+    assert not (tmp_path / "runs" / "doomed.held").exists()  # the dead run's, removed
     after.release_all()
+    assert live_holders(tmp_path) == [] and list((tmp_path / "runs").iterdir()) == []
 
 
 def test_two_sessions_cannot_fault_the_same_gpu(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ Between the agents' answers and that write a crash would leave faults unrecorded
 at most their lease: the agents revert them when it lapses.
 """
 
+import math
 import os
 import selectors
 import time
@@ -289,6 +290,19 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
             selector.unregister(fd)
             del flights[fd]
 
+    def wait(until: float) -> None:
+        """Read the answers that arrive before ``until`` or the first deadline in flight;
+        give up on those past their deadline (a failure that may pass)."""
+        deadlines = [b.waiting.deadline for b in flights.values() if b.waiting is not None]
+        wake = min([until, *deadlines])
+        for key, _ in selector.select(max(0.0, wake - time.monotonic())):
+            land(key.data)
+        now = time.monotonic()
+        for batch in list(flights.values()):
+            if batch.waiting is not None and batch.waiting.deadline <= now:
+                batch.waiting.cancel("no answer within the client's timeout")
+                land(batch)
+
     try:
         while queue or retries or flights:
             now = time.monotonic()
@@ -304,23 +318,15 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
                 else:
                     launch(batch)
             if flights:
-                wake = min([b.waiting.deadline for b in flights.values() if b.waiting]
-                           + [b.due for b in retries])
-                for key, _ in selector.select(max(0.0, wake - time.monotonic())):
-                    land(key.data)
-                now = time.monotonic()
-                for batch in list(flights.values()):
-                    if batch.waiting is not None and batch.waiting.deadline <= now:
-                        batch.waiting.cancel("no answer within the client's timeout")
-                        land(batch)
+                wait(min((b.due for b in retries), default=math.inf))
             elif retries and not queue:
                 first = min(retries, key=lambda b: b.due)
                 options.sleep(max(0.0, first.due - now))
                 first.due = 0.0  # slept: due now (whatever clock the sleep keeps)
     except BaseException:
         with signals.deferred():  # read what is in flight: the agents applied it
-            for batch in list(flights.values()):
-                land(batch)
+            while flights:
+                wait(math.inf)
         raise
     finally:
         selector.close()

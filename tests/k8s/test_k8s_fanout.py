@@ -6,9 +6,12 @@ HTTP server on loopback; in-process so that 32 of them stay cheap), their leases
 state files, the session's ledger.
 """
 
+import contextlib
 import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +31,13 @@ from kube_standin import running_standin
 import faults.gpu as gpu_faults
 from gameday import session as sessions
 from gameday.agent.backend import FaultRequest
+from gameday.agent.client import AgentClient
 from gameday.errors import FaultRejected
-from gameday.fanout import FanoutFailed, FanoutOptions, inject_gpus
+from gameday.fanout import FanoutFailed, FanoutOptions, inject_gpus, inject_requests
 from gameday.k8s.target import kubernetes_target
 from gameday.lab.devices import VirtualGpuBackend
+from gameday.session import InjectRequest
+from gameday.targets import Target
 
 NODES = [f"n{i:02d}" for i in range(32)]
 
@@ -163,6 +169,96 @@ def test_an_interruption_mid_fan_out_still_records_what_was_applied(tmp_path: Pa
                             options=FanoutOptions(concurrency=4))
             # the answers in flight were read before the interruption left: all recorded
             assert len(session.ledger.active()) == agents.active_faults() == 16
+            assert session.close() == []
+            assert agents.active_faults() == 0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@contextlib.contextmanager
+def silent_agent() -> Iterator[str]:
+    """A real socket on loopback that accepts connections and reads, but never answers
+    (a hung agent)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def hosts_target(agents: AgentFleet, silent_url: str, timeout_s: float) -> Target:
+    clients = {s.node: AgentClient(s.url, AGENT_TOKEN, timeout_s=timeout_s)
+               for s in agents.servers}
+    clients["hung"] = AgentClient(silent_url, AGENT_TOKEN, timeout_s=timeout_s)
+    return Target(kind="host", agents=clients, source="test")
+
+
+ECC_PARAMS = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}
+
+
+def test_an_agent_that_never_answers_times_out_is_retried_and_the_rest_rolled_back(
+        tmp_path: Path) -> None:
+    """Real agents and a real silent socket; no Kubernetes (a host target)."""
+    with inprocess_agents(tmp_path, ["h0", "h1", "h2"]) as agents, silent_agent() as url:
+        target = hosts_target(agents, url, timeout_s=0.3)
+        session = sessions.Session(target=target, ledger_path=tmp_path / "home" / "l.jsonl")
+        requests = [InjectRequest(node, "gpu.ecc", {"gpu": g}, ECC_PARAMS)
+                    for node in ("h0", "h1", "hung", "h2") for g in range(2)]
+        started = time.monotonic()
+        with pytest.raises(FanoutFailed) as failed:
+            inject_requests(session, requests, options=FanoutOptions(backoff_s=0.01))
+        took = time.monotonic() - started
+        report = failed.value.report
+        assert {r.label() for r in report.failed} == {"hung/gpu=0", "hung/gpu=1"}
+        assert all(r.attempts == 3 and "no answer within the client's timeout" in r.error
+                   for r in report.failed if r.error)
+        assert len(report.rolled_back) == 6 and agents.active_faults() == 0
+        assert 0.9 <= took < 5  # three tries of 0.3 s, not the default 5 s each
+        assert session.close() == []
+
+
+def test_an_interruption_reads_what_is_in_flight_and_gives_up_on_a_hung_agent(
+        tmp_path: Path) -> None:
+    """SIGUSR1 (the test's Ctrl-C) arrives while an agent applies and another never
+    answers: the answers in flight are read and recorded, the hung one is given up at its
+    deadline, and the rollback reverts everything applied."""
+    class Interruption(Exception):
+        pass
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interruption("interrupted")
+
+    Interrupting.sent = False
+    backends = {"h1": Interrupting("h1", tmp_path / "gpus" / "h1", gpus=4)}
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with inprocess_agents(tmp_path, ["h0", "h1", "h2"], backends=backends) as agents, \
+                silent_agent() as url:
+            target = hosts_target(agents, url, timeout_s=0.5)
+            session = sessions.Session(target=target,
+                                       ledger_path=tmp_path / "home" / "l.jsonl")
+            requests = [InjectRequest(node, "gpu.ecc", {"gpu": g}, ECC_PARAMS)
+                        for node in ("hung", "h0", "h1", "h2") for g in range(4)]
+            started = time.monotonic()
+            with pytest.raises(Interruption):
+                inject_requests(session, requests)
+            assert time.monotonic() - started < 3
+            assert len(session.ledger.active()) == agents.active_faults() == 12
             assert session.close() == []
             assert agents.active_faults() == 0
     finally:

@@ -40,8 +40,8 @@ class Backend(Protocol):
     order, so per-fault results, refusals and rollbacks stay as they are; the backend
     may defer the side effects it can share (publishing a device's state, saving its
     own records) to the end of the batch, which must run even when the batch raises.
-    The lab's :class:`gameday.lab.devices.VirtualGpuBackend` publishes each GPU touched
-    once per batch. See :func:`backend_batch`.
+    The lab's :class:`gameday.lab.devices.VirtualGpuBackend` publishes its GPUs' state
+    and fault records once per batch. See :func:`backend_batch`.
     """
 
     name: str

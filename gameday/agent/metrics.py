@@ -31,10 +31,10 @@ class AgentMetrics:
         self._active.set_function(lambda: float(count()))
 
     def applied(self, kind: str) -> None:
-        self._applied.labels(kind=kind).inc()
+        self._applied.labels(kind).inc()  # positional: cheaper than by keyword
 
     def reverted(self, kind: str, reason: str) -> None:
-        self._reverted.labels(kind=kind, reason=reason).inc()
+        self._reverted.labels(kind, reason).inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -122,6 +122,17 @@ class Fault:
         """The request the backend applied (and is given again to revert)."""
         return FaultRequest(kind=self.kind, target=self.target, params=self.params)
 
+    def as_applied(self, now: float, details: dict[str, Any]) -> "Fault":
+        """The fault once the backend applied it at ``now``: its lease runs from then.
+        (These copies skip :func:`dataclasses.replace`, which is slow on a batch's hot
+        path; every field is a plain value set by ``__init__``.)"""
+        return Fault(**{**vars(self), "applied_at": now, "expires_at": now + self.lease_s,
+                        "details": details})
+
+    def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
+        """The fault once reverted at ``now`` for ``reason``."""
+        return Fault(**{**vars(self), "reverted_at": now, "revert_reason": reason})
+
     def to_json(self) -> dict[str, Any]:
         """The fault as the agent API shows it (docs/agent-api.md)."""
         return {
@@ -263,8 +274,7 @@ class FaultRegistry:
             raise
         with self._cond:
             now = self._clock.now()
-            entry.fault = dataclasses.replace(
-                fault, applied_at=now, expires_at=now + lease_s, details=_plain(details))
+            entry.fault = fault.as_applied(now, _plain(details))
             entry.state = "active"
             self._save(strict=False)
             self._cond.notify_all()
@@ -334,23 +344,22 @@ class FaultRegistry:
                 for entry in entries:
                     del self._live[entry.fault.id]
                 raise
-        details: list[dict[str, Any]] = []
+        encoded: list[str] = []  # each item's details, decoded once for the batch
         with backend_batch(self.backend):  # the backend may publish once for the batch
             for index, entry in enumerate(entries):
                 try:
-                    details.append(_plain(self.backend.apply(entry.fault.id,
-                                                             entry.fault.request)))
+                    encoded.append(_encode_details(self.backend.apply(entry.fault.id,
+                                                                      entry.fault.request)))
                 except BaseException as exc:
                     rejected = self._undo_batch(entries, index, exc)
                     if isinstance(exc, Exception):
                         raise rejected from exc
                     raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
+        details = _decode_details(encoded)
         with self._cond:
             now = self._clock.now()
             for entry, detail in zip(entries, details, strict=True):
-                entry.fault = dataclasses.replace(entry.fault, applied_at=now,
-                                                  expires_at=now + entry.fault.lease_s,
-                                                  details=detail)
+                entry.fault = entry.fault.as_applied(now, detail)
                 entry.state = "active"
             self._save(strict=False)
             self._cond.notify_all()
@@ -539,8 +548,7 @@ class FaultRegistry:
                                               retry_reason="agent-restart",
                                               retry_at=now + REVERT_RETRY_S)
                 continue
-            done = dataclasses.replace(fault, reverted_at=self._clock.now(),
-                                       revert_reason="agent-restart")
+            done = fault.as_reverted(self._clock.now(), "agent-restart")
             self._remember(done)
             recovered.append(done)
             self.metrics.reverted(done.kind, "agent-restart")
@@ -599,8 +607,7 @@ class FaultRegistry:
                         f"backend {self.backend.name} failed to revert {fault.id} "
                         f"({fault.kind}): {_one_line(exc)}; retrying"))
                     continue
-                results.append(dataclasses.replace(fault, reverted_at=self._clock.now(),
-                                                   revert_reason=reason))
+                results.append(fault.as_reverted(self._clock.now(), reason))
         with self._cond:
             retry_at = self._clock.now() + REVERT_RETRY_S
             for (entry, reason), result in zip(due, results, strict=True):
@@ -699,12 +706,27 @@ class FaultRegistry:
                                  f"({_one_line(exc)})") from exc
 
 
+_DETAILS_ENCODER: Final = json.JSONEncoder(default=str)  # stateless: shared by threads
+
+
 def _plain(details: object) -> dict[str, Any]:
     """The backend's details as plain JSON (anything unserialisable becomes a string)."""
-    if not details:
-        return {}
-    value = json.loads(json.dumps(details, default=str))
-    return value if isinstance(value, dict) else {"value": value}
+    [plain] = _decode_details([_encode_details(details)])
+    return plain
+
+
+def _encode_details(details: object) -> str:
+    """The backend's details as JSON text (anything unserialisable becomes a string);
+    raises what the encoder raises (a circular reference, a key that is not a string)."""
+    return _DETAILS_ENCODER.encode(details) if details else "null"
+
+
+def _decode_details(encoded: list[str]) -> list[dict[str, Any]]:
+    """Details encoded by :func:`_encode_details`, decoded in one go: each a JSON object
+    (``{}`` for none, ``{"value": ...}`` for anything else)."""
+    values = json.loads(f"[{','.join(encoded)}]")
+    return [{} if value is None else value if isinstance(value, dict) else {"value": value}
+            for value in values]
 
 
 def _distinct(fault_ids: list[str]) -> None:

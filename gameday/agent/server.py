@@ -24,6 +24,7 @@ import structlog
 
 from gameday.agent import openapi
 from gameday.agent.backend import Backend
+from gameday.agent.httphead import BadRequestHead, parse_request_line, read_header_fields
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
@@ -361,12 +362,49 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     """Reads the request, checks the token and the body size, lets the agent answer."""
 
     server: _AgentHTTPServer
+    raw_requestline: bytes  # set by the stdlib's handle_one_request
+    path = ""  # until a request line is read (the stdlib answers one over 64 KiB before)
     protocol_version = "HTTP/1.1"
     server_version = "gameday-agent/1"
     sys_version = ""
     timeout = IDLE_CONNECTION_S
     disable_nagle_algorithm = True
     wbufsize = 64 * 1024  # headers and body leave in one write (flushed after each request)
+
+    def parse_request(self) -> bool:
+        """Read the request head (:mod:`gameday.agent.httphead`, leaner than the stdlib's
+        email parser); a malformed one is answered with a one-line JSON error and closes
+        the connection. Keep-alive as the stdlib: HTTP/1.1 unless ``Connection: close``,
+        HTTP/1.0 only with ``Connection: keep-alive``; ``Expect: 100-continue`` (1.1)
+        is answered before the body is read."""
+        self.command, self.path = "", ""
+        self.request_version = "HTTP/1.0"  # until known: errors still get a status line
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        try:
+            line = parse_request_line(self.requestline)
+            self.command, self.path, self.request_version = line.command, line.path, line.version
+            self.headers = read_header_fields(self.rfile)
+        except BadRequestHead as bad:
+            self.send_error(bad.status, bad.message)
+            return False
+        connection = self.headers.get("Connection", "").lower()
+        if connection in ("close", "keep-alive"):
+            self.close_connection = connection == "close"
+        else:
+            self.close_connection = not line.keep_alive
+        if self.headers.get("Expect", "").lower() == "100-continue" and line.keep_alive:
+            go_on = self.handle_expect_100()
+            self.wfile.flush()  # the client waits for it before it sends the body
+            return go_on
+        return True
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """Any error the stdlib's handler answers itself (a malformed head, a request line
+        over 64 KiB, an unknown method) as a one-line JSON error, closing the connection."""
+        self.close_connection = True
+        self._send_failure(_HTTPFailure(code, message or HTTPStatus(code).phrase))
 
     def do_GET(self) -> None:
         self._dispatch()

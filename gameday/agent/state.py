@@ -1,17 +1,16 @@
 """The agent's state file: the faults it holds, written atomically on every change.
 
 A crash (even ``kill -9``) leaves either the old or the new file, never a torn one:
-the content goes to a temporary file in the same directory, is flushed and fsynced,
-then renamed over the old file with :func:`os.replace`, and the directory is fsynced.
+the content goes to a temporary file in the same directory, is fsynced, then renamed
+over the old file with :func:`os.replace`, and the directory is fsynced
+(:func:`gameday.atomic.replace_file`).
 """
 
-import contextlib
 import json
-import os
 import pathlib
-import tempfile
 from typing import Any, Final
 
+from gameday.atomic import replace_file
 from gameday.errors import AgentError
 
 __all__ = ["STATE_VERSION", "StateFile"]
@@ -50,33 +49,7 @@ class StateFile:
 
     def save(self, faults: list[dict[str, Any]], *, node: str, saved_at: float) -> None:
         """Replace the file's content atomically with ``faults``."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps(
+        payload = json.dumps(  # compact: the C encoder (indent is not)
             {"version": STATE_VERSION, "node": node, "saved_at": saved_at, "faults": faults},
-            sort_keys=True, separators=(",", ":"))  # compact: the C encoder (indent is not)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
-                                   dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(self.path.parent)
-
-
-def _fsync_dir(directory: pathlib.Path) -> None:
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+            separators=(",", ":"))
+        replace_file(self.path, payload.encode("utf-8"), mode=0o600, durable=True)

@@ -3,11 +3,12 @@
 :class:`VirtualGpuBackend` implements :class:`gameday.agent.backend.Backend`. Each fault
 kind is a small :class:`gameday.lab.vfaults.VirtualFault` that validates a request into
 a change of one GPU's state. Reverting restores the fields the fault changed to their
-values from before it (the "GPU was reset"); those values are kept in
-``<state_dir>/virtual-faults.json``, so a restarted agent can still revert its leftovers.
-Every change is published for the shards (:mod:`gameday.lab.gpustate`); inside
-:meth:`VirtualGpuBackend.batch` (the agent's batch apply and revert) a thread's changes
-are published when the batch ends: each GPU touched once, the records once.
+values from before it (the "GPU was reset"); those values are kept as fault records.
+Every change is published for the shards (:mod:`gameday.lab.gpustate`): one file,
+``<state_dir>/gpus.json``, holds every GPU's state and the fault records, so a restarted
+agent can still revert its leftovers. Inside :meth:`VirtualGpuBackend.batch` (the
+agent's batch apply and revert) a thread's changes are published once, when the batch
+ends.
 """
 
 import atexit
@@ -17,7 +18,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,13 @@ import structlog
 
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
-from gameday.lab.files import read_json, write_json_atomic
 from gameday.lab.gpustate import (
     GPU_FIELDS,
     GpuState,
     fresh_gpu,
-    gpu_state_path,
-    publish_gpu_state,
-    read_gpu_state,
+    node_state_path,
+    publish_node_state,
+    read_node_state,
 )
 from gameday.lab.vfaults import VIRTUAL_FAULTS, VirtualFault
 
@@ -68,17 +68,15 @@ class VirtualGpuBackend:
         self.state_dir = state_dir
         self._faults = dict(faults if faults is not None else VIRTUAL_FAULTS)
         self._lock = threading.Lock()
-        self._batch = threading.local()  # this thread's open batch: depth, GPUs touched
-        self._records_path = state_dir / "virtual-faults.json"
+        self._batch = threading.local()  # this thread's open batch: depth, changed
         state_dir.mkdir(parents=True, exist_ok=True)
-        self._gpus: list[GpuState] = []
-        for index in range(gpus):
-            known = None if fresh else read_gpu_state(gpu_state_path(state_dir, index))
-            self._gpus.append(known if known is not None else fresh_gpu(node, index))
-        self._applied: dict[str, _Applied] = {} if fresh else self._load_records()
-        for state in self._gpus:
-            publish_gpu_state(state_dir, state)
-        self._save_records()
+        published = None if fresh else read_node_state(node_state_path(state_dir))
+        known = published.gpus if published is not None else {}
+        self._gpus: list[GpuState] = [known.get(index) or fresh_gpu(node, index)
+                                      for index in range(gpus)]
+        self._applied: dict[str, _Applied] = (
+            self._read_records(published.faults) if published is not None else {})
+        self._publish()
 
     # -- Backend protocol -------------------------------------------------------------
 
@@ -102,11 +100,12 @@ class VirtualGpuBackend:
             change = fault.validate(request.target, request.params, tuple(self._gpus))
             old = self._gpus[change.gpu]
             new = change.apply(old)
-            before = {name: getattr(old, name) for name in sorted(GPU_FIELDS)
-                      if getattr(old, name) != getattr(new, name)}
+            after = vars(new)
+            before = {name: value for name, value in vars(old).items()
+                      if after[name] != value}
             self._applied[fault_id] = _Applied(request.kind, change.gpu, before)
-            self._set(new)
-            self._records_changed()
+            self._gpus[change.gpu] = new
+            self._changed()
         log.info("fault_applied", fault_id=fault_id, kind=request.kind, gpu=new.label,
                  changed=sorted(before))
         return {"gpu": new.index, "uuid": new.uuid, "node": self.node, **change.describe(new)}
@@ -117,33 +116,28 @@ class VirtualGpuBackend:
             if applied is None:
                 return
             current = self._gpus[applied.gpu]
-            self._set(replace(current, **applied.before))
-            self._records_changed()
+            self._gpus[applied.gpu] = current.with_values(applied.before)
+            self._changed()
         log.info("fault_reverted", fault_id=fault_id, kind=applied.kind,
                  gpu=current.label, restored=sorted(applied.before))
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Applies and reverts this thread makes inside are published when it ends: each
-        GPU touched once, the fault records once (optional batch hook of
-        :class:`gameday.agent.backend.Backend`). Re-entrant; publishes even when the
-        batch raises. Other threads' changes are published as they happen."""
+        """Applies and reverts this thread makes inside are published once, when it ends
+        (optional batch hook of :class:`gameday.agent.backend.Backend`). Re-entrant;
+        publishes even when the batch raises. Other threads' changes are published as
+        they happen."""
         depth = getattr(self._batch, "depth", 0)
         if depth == 0:
-            self._batch.touched = set()
-            self._batch.records = False
+            self._batch.changed = False
         self._batch.depth = depth + 1
         try:
             yield
         finally:
             self._batch.depth = depth
-            if depth == 0:
-                touched: set[int] = self._batch.touched
+            if depth == 0 and self._batch.changed:
                 with self._lock:
-                    for index in sorted(touched):
-                        publish_gpu_state(self.state_dir, self._gpus[index])
-                    if self._batch.records:
-                        self._save_records()
+                    self._publish()
 
     # -- for the node process ---------------------------------------------------------
 
@@ -152,30 +146,21 @@ class VirtualGpuBackend:
         with self._lock:
             return list(self._gpus)
 
-    def _set(self, state: GpuState) -> None:
-        """Under the lock: the GPU's new state, published now or when the batch ends."""
-        self._gpus[state.index] = state
+    def _changed(self) -> None:
+        """Under the lock: publish the GPUs and records now, or when the batch ends."""
         if getattr(self._batch, "depth", 0):
-            self._batch.touched.add(state.index)
+            self._batch.changed = True
         else:
-            publish_gpu_state(self.state_dir, state)
+            self._publish()
 
-    def _records_changed(self) -> None:
-        """Under the lock: save the fault records now or when the batch ends."""
-        if getattr(self._batch, "depth", 0):
-            self._batch.records = True
-        else:
-            self._save_records()
-
-    def _save_records(self) -> None:
-        write_json_atomic(self._records_path, {
+    def _publish(self) -> None:
+        """Under the lock: every GPU's state and the fault records, in one file."""
+        publish_node_state(self.state_dir, self._gpus, {
             fid: {"kind": a.kind, "gpu": a.gpu, "before": dict(a.before)}
             for fid, a in self._applied.items()})
 
-    def _load_records(self) -> dict[str, _Applied]:
-        data = read_json(self._records_path)
-        if not isinstance(data, dict):
-            return {}
+    def _read_records(self, data: Mapping[str, Any]) -> dict[str, _Applied]:
+        """The fault records published by an earlier run (unreadable ones are skipped)."""
         records = {}
         for fid, rec in data.items():
             try:

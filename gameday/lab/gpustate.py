@@ -1,14 +1,16 @@
-"""The state of one virtual GPU, as a node publishes it and shards follow it.
+"""The state of a node's virtual GPUs, as the node publishes it and shards follow it.
 
-Each GPU's state is written atomically to ``<state_dir>/gpu-<i>.json`` on every change;
-a shard bound to the GPU follows it with a ``stat`` per request
-(:class:`GpuStateWatcher`), re-reading only when the file was replaced.
+A node publishes every GPU's state, and its backend's fault records, in one file,
+``<state_dir>/gpus.json`` (``{"gpus": [GpuState...], "faults": {...}}``), replaced
+atomically once per change (once per batch of changes). A shard bound to one GPU follows
+it with a ``stat`` per request (:class:`GpuStateWatcher`), re-reading only when the file
+was replaced, and picks its GPU's entry.
 """
 
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,12 @@ __all__ = [
     "SM_CLOCK_MHZ",
     "GpuState",
     "GpuStateWatcher",
+    "NodeState",
     "fresh_gpu",
-    "gpu_state_path",
     "gpu_uuid",
-    "publish_gpu_state",
-    "read_gpu_state",
+    "node_state_path",
+    "publish_node_state",
+    "read_node_state",
 ]
 
 MODEL_NAME = "NVIDIA H100 80GB HBM3 (virtual)"
@@ -71,6 +74,11 @@ class GpuState:
         """``node-0/gpu1``."""
         return f"{self.node}/gpu{self.index}"
 
+    def with_values(self, changes: Mapping[str, Any]) -> "GpuState":
+        """A copy with ``changes`` (field name to value); cheaper than
+        :func:`dataclasses.replace`, and as strict about unknown names (``TypeError``)."""
+        return GpuState(**{**vars(self), **changes})
+
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))  # every field is a plain value: no deep copy (asdict) needed
 
@@ -92,37 +100,58 @@ def fresh_gpu(node: str, index: int) -> GpuState:
                     weights_corrupted=False)
 
 
-def gpu_state_path(state_dir: Path, index: int) -> Path:
-    """Where GPU ``index``'s state is published: ``<state_dir>/gpu-<index>.json``."""
-    return state_dir / f"gpu-{index}.json"
+def node_state_path(state_dir: Path) -> Path:
+    """Where a node publishes its GPUs' state: ``<state_dir>/gpus.json``."""
+    return state_dir / "gpus.json"
 
 
-def publish_gpu_state(state_dir: Path, state: GpuState) -> None:
-    """Publish ``state`` atomically."""
-    write_atomic(gpu_state_path(state_dir, state.index), json.dumps(state.to_json()))
+@dataclass(frozen=True)
+class NodeState:
+    """What a node published: its GPUs by index, and its backend's fault records (plain
+    JSON, opaque to shards)."""
+
+    gpus: Mapping[int, GpuState]
+    faults: Mapping[str, Any]
 
 
-def read_gpu_state(path: Path) -> GpuState | None:
-    """The state published at ``path``; ``None`` if missing or unreadable."""
+def publish_node_state(state_dir: Path, gpus: Sequence[GpuState],
+                       faults: dict[str, Any]) -> None:
+    """Publish every GPU's state and the fault records atomically, in one file."""
+    payload = {"gpus": [gpu.to_json() for gpu in gpus], "faults": faults}
+    # compact: the C encoder (indent is not)
+    write_atomic(node_state_path(state_dir), json.dumps(payload, separators=(",", ":")))
+
+
+def read_node_state(path: Path) -> NodeState | None:
+    """The node state published at ``path``; ``None`` if missing or unreadable. A GPU
+    entry that cannot be read is left out; records that are not an object are ``{}``."""
     data = read_json(path)
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
         return None
-    try:
-        return GpuState.from_json(data)
-    except (KeyError, TypeError):
-        return None
+    gpus: dict[int, GpuState] = {}
+    for entry in data["gpus"]:
+        try:
+            state = GpuState.from_json(entry)
+        except (KeyError, TypeError):
+            continue
+        gpus[state.index] = state
+    faults = data.get("faults")
+    return NodeState(gpus, faults if isinstance(faults, dict) else {})
 
 
 class GpuStateWatcher:
-    """Follows one published GPU state file; re-reads it only when it was replaced."""
+    """Follows one GPU in a published node state file (:func:`node_state_path`);
+    re-reads the file only when it was replaced."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, gpu: int) -> None:
         self.path = path
+        self.gpu = gpu
         self._key: tuple[int, int, int] | None = None
         self._state: GpuState | None = None
 
     def current(self) -> GpuState | None:
-        """The latest published state (``None`` while there is no file)."""
+        """The GPU's latest published state (``None`` while there is no file, or no
+        entry for the GPU)."""
         try:
             st = os.stat(self.path)
         except OSError:
@@ -130,7 +159,7 @@ class GpuStateWatcher:
             return None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._key:
-            state = read_gpu_state(self.path)
-            if state is not None:
-                self._key, self._state = key, state
+            published = read_node_state(self.path)
+            if published is not None:
+                self._key, self._state = key, published.gpus.get(self.gpu)
         return self._state

@@ -6,8 +6,8 @@
 ``POST /partial {"inputs": [[d_in floats], ...]}`` answers
 ``{"partial": [[d_out floats], ...], "shard": I}``; ``GET /healthz``. Weights come from
 the store (``DIR/store/shard-I.npz``). Before each request the shard looks at its GPU's
-published state (a ``stat``; re-read only when replaced) and behaves as a process on
-that GPU would:
+published state (its entry in the node's ``gpus.json``: a ``stat``; re-read only when
+replaced) and behaves as a process on that GPU would:
 
 - double-bit ECC errors since the shard started, or Xid 48/94/95: HTTP 500
   ``{"error": "uncorrectable ECC error (Xid 48) on node-0/gpu0"}``;
@@ -37,7 +37,7 @@ import numpy as np
 import structlog
 
 from gameday.lab.files import write_json_atomic
-from gameday.lab.gpustate import SM_CLOCK_MHZ, GpuState, GpuStateWatcher, gpu_state_path
+from gameday.lab.gpustate import SM_CLOCK_MHZ, GpuState, GpuStateWatcher, node_state_path
 from gameday.lab.httpjson import (
     JsonServer,
     Request,
@@ -115,7 +115,7 @@ class ShardServer:
         self.gpu = gpu
         self.label = f"{node}/gpu{gpu}"
         self.d_in = load_spec(paths.store).d_in
-        self._watcher = GpuStateWatcher(gpu_state_path(paths.node_dir(node), gpu))
+        self._watcher = GpuStateWatcher(node_state_path(paths.node_dir(node)), gpu)
         self._on_fatal = on_fatal
         self._sleep = sleep
         self._delay_s = 0.0

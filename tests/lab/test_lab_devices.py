@@ -8,7 +8,7 @@ import pytest
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
-from gameday.lab.gpustate import GpuStateWatcher, gpu_state_path, gpu_uuid
+from gameday.lab.gpustate import GpuStateWatcher, gpu_uuid, node_state_path
 from gameday.lab.shard import gpu_fault
 
 
@@ -62,7 +62,7 @@ def test_invalid_requests_are_rejected_naming_the_parameter(
 
 def test_apply_then_revert_restores_the_gpu(backend: VirtualGpuBackend,
                                             tmp_path: Path) -> None:
-    watcher = GpuStateWatcher(gpu_state_path(tmp_path, 2))
+    watcher = GpuStateWatcher(node_state_path(tmp_path), 2)
     assert watcher.current() == backend.snapshot()[2]
     untouched = backend.snapshot()
     backend.apply("f-sbe", ecc(2, kind="single_bit", count=5))

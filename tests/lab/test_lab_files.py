@@ -1,4 +1,5 @@
-"""Atomic writes (gameday/lab/files.py) on the real filesystem: no stand-ins."""
+"""Atomic writes (gameday/lab/files.py over gameday/atomic.py) on the real filesystem: no
+stand-ins."""
 
 import os
 import threading

@@ -10,7 +10,7 @@ Reverting restores the counters, clears the Xid and the corruption: the GPU was 
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gameday.errors import FaultRejected
@@ -42,16 +42,16 @@ class EccChange:
     corrupt_weights: bool
 
     def apply(self, state: GpuState) -> GpuState:
-        new = state
+        changes: dict[str, Any] = {}
         if self.count and self.ecc_kind == "single_bit":
-            new = replace(new, ecc_sbe_total=new.ecc_sbe_total + self.count)
+            changes["ecc_sbe_total"] = state.ecc_sbe_total + self.count
         elif self.count and self.ecc_kind == "double_bit":
-            new = replace(new, ecc_dbe_total=new.ecc_dbe_total + self.count)
+            changes["ecc_dbe_total"] = state.ecc_dbe_total + self.count
         if self.xid is not None:
-            new = replace(new, last_xid=self.xid)
+            changes["last_xid"] = self.xid
         if self.corrupt_weights:
-            new = replace(new, weights_corrupted=True)
-        return new
+            changes["weights_corrupted"] = True
+        return state.with_values(changes)
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         return {"ecc_kind": self.ecc_kind, "count": self.count, "xid": self.xid,

@@ -9,8 +9,10 @@ API is ``docs/agent-api.md``.
 import contextlib
 import hmac
 import json
+import os
 import pathlib
 import re
+import selectors
 import socket
 import threading
 from collections.abc import Callable
@@ -135,8 +137,7 @@ class AgentServer:
         if self._serve_thread is not None:
             return self
         self._serve_thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"agent-http-{self.node}", daemon=True)
+            target=self._httpd.serve_forever, name=f"agent-http-{self.node}", daemon=True)
         self._reap_thread = threading.Thread(
             target=self._reap_forever, name=f"agent-reaper-{self.node}", daemon=True)
         self._serve_thread.start()
@@ -326,7 +327,8 @@ def _route(method: str, path: str) -> tuple[_Route, tuple[str, ...]]:
 
 
 class _AgentHTTPServer(ThreadingHTTPServer):
-    """Tracks its open connections so that stopping closes kept-alive ones too."""
+    """Tracks its open connections so that stopping closes kept-alive ones too; waits
+    for connections without polling (an idle agent does not wake up)."""
 
     daemon_threads = True
     block_on_close = False
@@ -335,9 +337,58 @@ class _AgentHTTPServer(ThreadingHTTPServer):
         self.agent = agent
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()  # shutdown() wakes serve_forever() with it
+        os.set_blocking(self._wake_r, False)
+        self._stop_serving = False
+        self._stopped_serving = threading.Event()
         if ":" in host:
             self.address_family = socket.AF_INET6
-        super().__init__((host, port), _AgentRequestHandler)
+        try:
+            super().__init__((host, port), _AgentRequestHandler)
+        except BaseException:
+            self._close_wake()
+            raise
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Accept connections until :meth:`shutdown`, blocked in ``select`` (the
+        stdlib's loop wakes every ``poll_interval`` to look for a shutdown: 128 idle
+        agents in one place would wake thousands of times a second); ``poll_interval``
+        is ignored."""
+        self._stopped_serving.clear()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stop_serving:
+                    ready = selector.select()
+                    if self._stop_serving:
+                        break
+                    if any(key.fileobj is self for key, _ in ready):
+                        self.handle_request()  # a connection is waiting: no blocking
+                    self.service_actions()
+        finally:
+            self._stop_serving = False
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 64):
+                    pass
+            self._stopped_serving.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` (wakes it at once) and wait until it has ended."""
+        self._stop_serving = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        self._stopped_serving.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._close_wake()
+
+    def _close_wake(self) -> None:
+        fds, (self._wake_r, self._wake_w) = (self._wake_r, self._wake_w), (-1, -1)
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:

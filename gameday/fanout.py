@@ -25,12 +25,14 @@ node, concurrently) and the report says which targets failed and why, and what w
 rolled back: a fleet fault is all or nothing.
 
 :func:`inject_requests` is :meth:`gameday.session.Session.inject_many`'s path (through
-the run's session, so its allowlist, target locks and lease renewals apply; the ledger
-records the applied faults in one fsync'd write); :func:`inject_gpus` is its form for
-one kind on many GPUs (the fault actions); :func:`revert_entries` the session's
-rollback path.
-Between the agents' answers and that write a crash would leave faults unrecorded for
-at most their lease: the agents revert them when it lapses.
+the run's session, so its allowlist, target locks and lease renewals apply); the ledger
+gets each agent's batch as its answer lands (written without waiting for the disk, so
+a killed orchestrator leaves it for ``gameday cleanup``) and one fsync when the fan-out
+ends (:class:`gameday.ledger.Ledger`, ``sync=False``). :func:`inject_gpus` is its form
+for one kind on many GPUs (the fault actions); :func:`revert_entries` the session's
+rollback path, recorded the same way. Between an agent's answer and its ledger write a
+crash would leave that batch unrecorded for at most its lease: the agent reverts it
+when the lease lapses.
 """
 
 import math
@@ -392,8 +394,10 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
                 if _transient(exc) or exc.index is None or not 0 <= exc.index < len(batch):
                     raise  # the whole batch: tried again if it may pass
                 return _one_failed(batch, exc.index, exc)
-            return [session.entry(request, client.url, fault, lease=lease, action=action)
-                    for request, fault in zip(batch, faults, strict=True)]
+            entries = [session.entry(request, client.url, fault, lease=lease, action=action)
+                       for request, fault in zip(batch, faults, strict=True)]
+            session.ledger.record_applied_many(entries, sync=False)  # fsync'd at the end
+            return list(entries)
 
         return Then(client.start_inject_many([
             {"kind": request.kind, "target": dict(request.target),
@@ -438,6 +442,9 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
 
         def finish(answer: Callable[[], BatchResult]) -> list[dict[str, Any] | BaseException]:
             result = answer()  # a failed id that may pass is tried again by fan_out
+            session.ledger.record_reverted_many(  # fsync'd at the end
+                [_reverted(fault, reason, session.clock.now()) for fault in result.done.values()],
+                sync=False)
             return [result.done.get(entry.id) or result.failed.get(entry.id) or missing
                     for entry in batch]
 
@@ -464,11 +471,15 @@ def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]]
             failures.append(f"{entry.kind} {entry.id} on {entry.node}: "
                             f"{_error_text(outcome.error)}")
             continue
-        fault = outcome.value
-        reverted_at = float(fault.get("reverted_at") or session.clock.now())
-        done.append((entry.id, reverted_at, str(fault.get("revert_reason") or reason)))
-    session.ledger.record_reverted_many(done)
+        done.append(_reverted(outcome.value, reason, session.clock.now()))
+    session.ledger.record_reverted_many(done)  # what was not yet, and one fsync
     kinds = {o.job.id: o.job.kind for o in finished}
     for fault_id, reverted_at, _ in done:
         session.event("fault_reverted", id=fault_id, kind=kinds[fault_id], at=reverted_at)
     return failures
+
+
+def _reverted(fault: Mapping[str, Any], reason: str, now: float) -> tuple[str, float, str]:
+    """``(id, reverted_at, reason)`` of a fault as its agent reverted it."""
+    return (str(fault["id"]), float(fault.get("reverted_at") or now),
+            str(fault.get("revert_reason") or reason))

@@ -3,6 +3,11 @@
 Each line of the ledger file is one JSON event (``applied``, ``renewed``, ``reverted``,
 ``lost``), flushed and fsync'd before the call returns, so a crash of the orchestrator
 never loses what it injected. The in-memory view answers "what is still active".
+
+A fan-out records each agent's batch as its answer lands, without waiting for the
+disk (``sync=False``: the lines are in the file, so a killed orchestrator's cleanup
+finds them), then makes them all durable with one fsync when it ends; recording an
+entry the ledger already holds only does that fsync.
 """
 
 import json
@@ -65,12 +70,33 @@ class Ledger:
         self.run_id = run_id
         self._entries: dict[str, FaultEntry] = {}
         self._lock = threading.Lock()
+        self._host = socket.gethostname()
+        self._unsynced = False  # lines written without fsync since the last one
+        self._unwritten: list[tuple[str, dict[str, Any]]] = []  # an unsynced write failed
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     def _append(self, event: str, payload: dict[str, Any]) -> None:
-        if self.path is not None:
-            append_event(self.path, event, self.run_id, payload)
+        self._append_many([(event, payload)], sync=True)
+
+    def _append_many(self, events: list[tuple[str, dict[str, Any]]], *, sync: bool) -> None:
+        """Under the lock: write events (and what an earlier write could not), fsync'd
+        if ``sync``. A failed write is kept for the next call (and raised if ``sync``)."""
+        if self.path is None:
+            return
+        pending, self._unwritten = self._unwritten + events, []
+        if pending:
+            try:
+                append_events(self.path, self.run_id, pending, sync=sync)
+            except OSError:
+                self._unwritten = pending
+                if sync:
+                    raise
+                return
+            self._unsynced = not sync
+        elif sync and self._unsynced:
+            sync_file(self.path)
+            self._unsynced = False
 
     def record_applied(self, entry: FaultEntry) -> None:
         with self._lock:
@@ -78,18 +104,20 @@ class Ledger:
             self._append("applied", {**entry.to_json(), "pid": os.getpid(),
                                      "host": socket.gethostname()})
 
-    def record_applied_many(self, entries: list[FaultEntry]) -> None:
-        """Record many applied faults with one write and one fsync (fan-out)."""
+    def record_applied_many(self, entries: list[FaultEntry], *, sync: bool = True) -> None:
+        """Record many applied faults with one write and (``sync``) one fsync; entries
+        already recorded are not written again."""
         with self._lock:
-            for entry in entries:
+            new = [e for e in entries if e.id not in self._entries]
+            for entry in new:
                 self._entries[entry.id] = entry
-            if self.path is not None and entries:
-                extra = {"pid": os.getpid(), "host": socket.gethostname()}
-                append_events(self.path, self.run_id,
-                              [("applied", {**e.to_json(), **extra}) for e in entries])
+            extra = {"pid": os.getpid(), "host": self._host}
+            self._append_many([("applied", {**e.to_json(), **extra}) for e in new], sync=sync)
 
-    def record_reverted_many(self, reverted: list[tuple[str, float, str]]) -> None:
-        """Record many reverts ``(id, reverted_at, reason)`` with one write and one fsync."""
+    def record_reverted_many(self, reverted: list[tuple[str, float, str]], *,
+                             sync: bool = True) -> None:
+        """Record many reverts ``(id, reverted_at, reason)`` with one write and (``sync``)
+        one fsync; a fault already recorded as reverted is not written again."""
         with self._lock:
             events = []
             for fault_id, reverted_at, reason in reverted:
@@ -99,8 +127,7 @@ class Ledger:
                 entry.reverted_at, entry.revert_reason = reverted_at, reason
                 events.append(("reverted", {"id": fault_id, "reverted_at": reverted_at,
                                             "reason": reason}))
-            if self.path is not None and events:
-                append_events(self.path, self.run_id, events)
+            self._append_many(events, sync=sync)
 
     def record_renewed_many(self, renewed: list[tuple[str, float]]) -> None:
         """Record many renewals ``(id, expires_at)`` with one write and one fsync."""
@@ -112,8 +139,8 @@ class Ledger:
                     continue
                 entry.expires_at = expires_at
                 events.append(("renewed", {"id": fault_id, "expires_at": expires_at}))
-            if self.path is not None and events:
-                append_events(self.path, self.run_id, events)
+            if events:
+                self._append_many(events, sync=True)
 
     def record_renewed(self, fault_id: str, expires_at: float) -> None:
         with self._lock:
@@ -156,14 +183,25 @@ def append_event(path: Path, event: str, run_id: str, payload: dict[str, Any]) -
         os.close(fd)
 
 
-def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any]]]) -> None:
-    """Append several event lines with one write and one fsync."""
+def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any]]], *,
+                  sync: bool = True) -> None:
+    """Append several event lines with one write and (``sync``) one fsync."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps({"event": event, "run": run_id, **payload}, sort_keys=True)
                    + "\n" for event, payload in events)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, data.encode("utf-8"))
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_file(path: Path) -> None:
+    """fsync what was written to ``path`` without it."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -200,10 +200,7 @@ class Session:
         timeline, and start the lease renewer."""
         if not entries:
             return
-        if len(entries) == 1:
-            self.ledger.record_applied(entries[0])
-        else:
-            self.ledger.record_applied_many(list(entries))
+        self.ledger.record_applied_many(list(entries))  # fsync'd (a fan-out wrote them)
         for entry in entries:
             self.event("fault_applied", id=entry.id, kind=entry.kind, node=entry.node,
                        target=entry.target, injected_at=entry.injected_at,

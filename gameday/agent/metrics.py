@@ -30,11 +30,13 @@ class AgentMetrics:
         """Read the active-fault gauge from ``count`` at each scrape."""
         self._active.set_function(lambda: float(count()))
 
-    def applied(self, kind: str) -> None:
-        self._applied.labels(kind).inc()  # positional: cheaper than by keyword
+    def applied(self, kind: str, count: int = 1) -> None:
+        """``count`` more faults of ``kind`` applied (a batch counts each kind once)."""
+        self._applied.labels(kind).inc(count)  # positional: cheaper than by keyword
 
-    def reverted(self, kind: str, reason: str) -> None:
-        self._reverted.labels(kind, reason).inc()
+    def reverted(self, kind: str, reason: str, count: int = 1) -> None:
+        """``count`` more faults of ``kind`` reverted for ``reason``."""
+        self._reverted.labels(kind, reason).inc(count)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -57,10 +57,18 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: One decoder for every body (``json.loads`` with options makes a new one per call).
+_BODY_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def decode_body(raw: bytes) -> Any:
     """Decode a JSON request body (UTF-8; ``NaN``/``Infinity`` refused)."""
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        text = raw.decode("utf-8")
+        if text.startswith("\ufeff"):  # as json.loads
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)",
+                                       text, 0)
+        return _BODY_DECODER.decode(text)
     except (UnicodeDecodeError, ValueError) as exc:
         # json.JSONDecodeError is a ValueError; keep only its first line.
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -10,6 +10,10 @@ fault is *claimed* (its state set to ``reverting``) under the lock before the ba
 reverts it, so only one thread ever reverts a fault; others wait for it to finish.
 A fault is written to the state file (``applying``) before the backend applies it, so
 a crash at any point leaves nothing applied that the next start does not revert.
+
+A :class:`Fault` (:mod:`gameday.agent.fault`, re-exported here) is immutable and makes
+its JSON text once; the state file is put together from these texts. A batch reads
+its fault ids from the OS's randomness once, and counts its metrics once per kind.
 """
 
 import dataclasses
@@ -17,18 +21,17 @@ import json
 import pathlib
 import threading
 import time
-import uuid
-from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Final, Literal
 
 import structlog
 
 from gameday.agent.backend import Backend, FaultRequest, backend_batch
+from gameday.agent.fault import Fault, decode_details, encode_details, new_fault_ids
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
-from gameday.agent.state import StateFile
+from gameday.agent.protocol import RevertReason, check_lease
+from gameday.agent.state import StateFile, with_state
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
 
@@ -91,75 +94,6 @@ class BatchRejected(GamedayError):
         self.rolled_back = rolled_back
         self.revert_failed = revert_failed
         super().__init__(f"faults[{index}]: {_one_line(cause)}")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault the agent applied: what, where, under which lease, and its end.
-
-    Times are Unix epoch seconds. ``reverted_at`` and ``revert_reason`` are ``None``
-    while the fault is active. ``details`` is what the backend's ``apply`` returned.
-    """
-
-    id: str
-    kind: str
-    target: dict[str, Any]
-    params: dict[str, Any]
-    lease_s: float
-    injected_at: str
-    applied_at: float
-    expires_at: float
-    reverted_at: float | None = None
-    revert_reason: RevertReason | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return self.reverted_at is None
-
-    @property
-    def request(self) -> FaultRequest:
-        """The request the backend applied (and is given again to revert)."""
-        return FaultRequest(kind=self.kind, target=self.target, params=self.params)
-
-    def as_applied(self, now: float, details: dict[str, Any]) -> "Fault":
-        """The fault once the backend applied it at ``now``: its lease runs from then.
-        (These copies skip :func:`dataclasses.replace`, which is slow on a batch's hot
-        path; every field is a plain value set by ``__init__``.)"""
-        return Fault(**{**vars(self), "applied_at": now, "expires_at": now + self.lease_s,
-                        "details": details})
-
-    def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
-        """The fault once reverted at ``now`` for ``reason``."""
-        return Fault(**{**vars(self), "reverted_at": now, "revert_reason": reason})
-
-    def to_json(self) -> dict[str, Any]:
-        """The fault as the agent API shows it (docs/agent-api.md)."""
-        return {
-            "id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
-            "lease_s": self.lease_s, "injected_at": self.injected_at,
-            "applied_at": self.applied_at, "expires_at": self.expires_at,
-            "reverted_at": self.reverted_at, "revert_reason": self.revert_reason,
-            "details": self.details,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Fault":
-        """Read a fault written by :meth:`to_json` (extra keys are ignored)."""
-        try:
-            reason = data.get("revert_reason")
-            if reason is not None and reason not in REVERT_REASONS:
-                raise ValueError(f"unknown revert_reason {reason!r}")
-            reverted_at = data.get("reverted_at")
-            return cls(
-                id=str(data["id"]), kind=str(data["kind"]),
-                target=dict(data.get("target") or {}), params=dict(data.get("params") or {}),
-                lease_s=float(data["lease_s"]), injected_at=str(data.get("injected_at", "")),
-                applied_at=float(data["applied_at"]), expires_at=float(data["expires_at"]),
-                reverted_at=None if reverted_at is None else float(reverted_at),
-                revert_reason=reason, details=dict(data.get("details") or {}))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AgentError(f"malformed fault record {dict(data)!r}: {exc}") from None
 
 
 @dataclass
@@ -256,7 +190,7 @@ class FaultRegistry:
                         f"{request.kind} is already active on target {_compact(target)} "
                         f"as {other.fault.id}; revert it first", existing=other.fault)
             now = self._clock.now()
-            fault = Fault(id=f"f-{uuid.uuid4().hex}", kind=request.kind, target=target,
+            fault = Fault(id=new_fault_ids(1)[0], kind=request.kind, target=target,
                           params=dict(request.params), lease_s=lease_s,
                           injected_at=kinds[request.kind], applied_at=now,
                           expires_at=now + lease_s)
@@ -274,7 +208,8 @@ class FaultRegistry:
             raise
         with self._cond:
             now = self._clock.now()
-            entry.fault = fault.as_applied(now, _plain(details))
+            [plain] = decode_details([encode_details(details)])
+            entry.fault = fault.as_applied(now, plain)
             entry.state = "active"
             self._save(strict=False)
             self._cond.notify_all()
@@ -311,6 +246,7 @@ class FaultRegistry:
                 raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
             checked.append((FaultRequest(kind=request.kind, target=dict(request.target),
                                          params=dict(request.params)), lease_s))
+        fault_ids = new_fault_ids(len(checked))
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
@@ -319,7 +255,8 @@ class FaultRegistry:
                 taken.setdefault(other.fault.kind, []).append(other.fault)
             now = self._clock.now()
             entries: list[_Entry] = []
-            for index, (request, lease_s) in enumerate(checked):
+            for index, ((request, lease_s), fault_id) in enumerate(
+                    zip(checked, fault_ids, strict=True)):
                 same = next((f for f in taken.get(request.kind, ())
                              if f.target == request.target), None)
                 if same is not None:
@@ -329,7 +266,7 @@ class FaultRegistry:
                         f"{_compact(request.target)} as {where or same.id}; revert it first",
                         existing=same)
                     raise BatchRejected(index, conflict, rolled_back=[], revert_failed=[])
-                fault = Fault(id=f"f-{uuid.uuid4().hex}", kind=request.kind,
+                fault = Fault(id=fault_id, kind=request.kind,
                               target=dict(request.target), params=dict(request.params),
                               lease_s=lease_s,
                               injected_at=kinds[request.kind], applied_at=now,
@@ -348,14 +285,14 @@ class FaultRegistry:
         with backend_batch(self.backend):  # the backend may publish once for the batch
             for index, entry in enumerate(entries):
                 try:
-                    encoded.append(_encode_details(self.backend.apply(entry.fault.id,
-                                                                      entry.fault.request)))
+                    encoded.append(encode_details(self.backend.apply(entry.fault.id,
+                                                                     entry.fault.request)))
                 except BaseException as exc:
                     rejected = self._undo_batch(entries, index, exc)
                     if isinstance(exc, Exception):
                         raise rejected from exc
                     raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
-        details = _decode_details(encoded)
+        details = decode_details(encoded)
         with self._cond:
             now = self._clock.now()
             for entry, detail in zip(entries, details, strict=True):
@@ -365,8 +302,9 @@ class FaultRegistry:
             self._cond.notify_all()
             closing = self._closed
         applied = [entry.fault for entry in entries]
+        for kind, count in Counter(fault.kind for fault in applied).items():
+            self.metrics.applied(kind, count)  # once per kind: not per fault
         for fault in applied:
-            self.metrics.applied(fault.kind)
             self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
                            target=fault.target, lease_s=fault.lease_s,
                            injected_at=fault.injected_at, expires_at=fault.expires_at)
@@ -621,12 +559,14 @@ class FaultRegistry:
             if any(isinstance(r, Fault) for r in results):
                 self._save(strict=False)
             self._cond.notify_all()
-        for result in results:
-            if isinstance(result, Fault):
-                self.metrics.reverted(result.kind, result.revert_reason or "requested")
-                self._log.info("fault.reverted", fault_id=result.id, kind=result.kind,
-                               target=result.target, reason=result.revert_reason,
-                               held_s=round((result.reverted_at or 0.0) - result.applied_at, 3))
+        done = [result for result in results if isinstance(result, Fault)]
+        for (kind, reason), count in Counter(
+                (fault.kind, fault.revert_reason or "requested") for fault in done).items():
+            self.metrics.reverted(kind, reason, count)  # once per kind and reason
+        for result in done:
+            self._log.info("fault.reverted", fault_id=result.id, kind=result.kind,
+                           target=result.target, reason=result.revert_reason,
+                           held_s=round((result.reverted_at or 0.0) - result.applied_at, 3))
         return results
 
     def _undo_batch(self, entries: list[_Entry], failed: int, exc: BaseException
@@ -695,7 +635,7 @@ class FaultRegistry:
     def _save(self, *, strict: bool) -> None:
         """Under the lock: write the live faults to the state file. ``strict`` re-raises
         a failure; otherwise it is logged and the next change writes the file again."""
-        records = [{**e.fault.to_json(), "state": e.state} for e in self._live.values()]
+        records = [with_state(e.fault.encoded, e.state) for e in self._live.values()]
         try:
             self._state.save(records, node=self.node, saved_at=self._clock.now())
         except OSError as exc:
@@ -704,29 +644,6 @@ class FaultRegistry:
             if strict:
                 raise AgentError(f"{self._state.path}: cannot save agent state "
                                  f"({_one_line(exc)})") from exc
-
-
-_DETAILS_ENCODER: Final = json.JSONEncoder(default=str)  # stateless: shared by threads
-
-
-def _plain(details: object) -> dict[str, Any]:
-    """The backend's details as plain JSON (anything unserialisable becomes a string)."""
-    [plain] = _decode_details([_encode_details(details)])
-    return plain
-
-
-def _encode_details(details: object) -> str:
-    """The backend's details as JSON text (anything unserialisable becomes a string);
-    raises what the encoder raises (a circular reference, a key that is not a string)."""
-    return _DETAILS_ENCODER.encode(details) if details else "null"
-
-
-def _decode_details(encoded: list[str]) -> list[dict[str, Any]]:
-    """Details encoded by :func:`_encode_details`, decoded in one go: each a JSON object
-    (``{}`` for none, ``{"value": ...}`` for anything else)."""
-    values = json.loads(f"[{','.join(encoded)}]")
-    return [{} if value is None else value if isinstance(value, dict) else {"value": value}
-            for value in values]
 
 
 def _distinct(fault_ids: list[str]) -> None:

@@ -7,6 +7,7 @@ API is ``docs/agent-api.md``.
 """
 
 import contextlib
+import email.utils
 import hmac
 import json
 import os
@@ -15,6 +16,7 @@ import re
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -26,6 +28,7 @@ import structlog
 
 from gameday.agent import openapi
 from gameday.agent.backend import Backend
+from gameday.agent.fault import strict_json
 from gameday.agent.httphead import BadRequestHead, parse_request_line, read_header_fields
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
@@ -90,8 +93,31 @@ class _Reply:
     content_type: str = "application/json"
 
 
+#: Answers are compact JSON without NaN/Infinity; stateless, so shared by threads.
+_ANSWER_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def _json_reply(status: int, payload: object) -> _Reply:
-    return _Reply(status, (json.dumps(payload, allow_nan=False) + "\n").encode("utf-8"))
+    return _Reply(status, (_ANSWER_ENCODER.encode(payload) + "\n").encode("utf-8"))
+
+
+def _fault_reply(status: int, fault: Fault) -> _Reply:
+    """One fault as the answer, its JSON text as made once (:attr:`Fault.encoded`)."""
+    if not strict_json(fault.encoded):
+        return _json_reply(status, fault.to_json())  # raises for NaN, as any answer
+    return _Reply(status, f"{fault.encoded}\n".encode())
+
+
+def _faults_reply(status: int, faults: list[Fault],
+                  failed: list[dict[str, Any]] | None = None) -> _Reply:
+    """``{"faults": [...]}`` (with ``"failed"`` if given) put together from the faults'
+    JSON texts (:attr:`Fault.encoded`) rather than encoded again."""
+    texts = ",".join([fault.encoded for fault in faults])
+    if not strict_json(texts):  # raises for NaN, as any answer
+        payload: dict[str, Any] = {"faults": [fault.to_json() for fault in faults]}
+        return _json_reply(status, payload if failed is None else {**payload, "failed": failed})
+    tail = "" if failed is None else f',"failed":{_ANSWER_ENCODER.encode(failed)}'
+    return _Reply(status, f'{{"faults":[{texts}]{tail}}}\n'.encode())
 
 
 class AgentServer:
@@ -234,13 +260,13 @@ class AgentServer:
     def _list(self, request: _Request) -> _Reply:
         include = request.query.get("all", ["0"])[-1].lower() in ("1", "true", "yes")
         faults = self.registry.faults(include_reverted=include)
-        return _json_reply(200, {"faults": [f.to_json() for f in faults]})
+        return _faults_reply(200, faults)
 
     def _inject(self, request: _Request) -> _Reply:
         if not request.body:
             raise InvalidInput("body must be a JSON object with kind, target, lease_s")
         fault_request, lease_s = parse_inject(decode_body(request.body))
-        return _json_reply(201, self.registry.apply(fault_request, lease_s).to_json())
+        return _fault_reply(201, self.registry.apply(fault_request, lease_s))
 
     def _inject_batch(self, request: _Request) -> _Reply:
         items = parse_batch_inject(decode_body(request.body or b""))
@@ -250,7 +276,7 @@ class AgentServer:
             status, extra = _status_of(exc.cause)
             raise _HTTPFailure(status, str(exc), index=exc.index, rolled_back=exc.rolled_back,
                                revert_failed=exc.revert_failed, **extra) from None
-        return _json_reply(201, {"faults": [f.to_json() for f in faults]})
+        return _faults_reply(201, faults)
 
     def _revert_batch(self, request: _Request) -> _Reply:
         ids, _ = parse_batch_ids(decode_body(request.body or b""))
@@ -261,14 +287,14 @@ class AgentServer:
         return _batch_reply(ids, self.registry.renew_many(ids, lease_s))
 
     def _get(self, request: _Request, fault_id: str) -> _Reply:
-        return _json_reply(200, self.registry.get(fault_id).to_json())
+        return _fault_reply(200, self.registry.get(fault_id))
 
     def _renew(self, request: _Request, fault_id: str) -> _Reply:
         body = decode_body(request.body) if request.body else None
-        return _json_reply(200, self.registry.renew(fault_id, parse_renew(body)).to_json())
+        return _fault_reply(200, self.registry.renew(fault_id, parse_renew(body)))
 
     def _revert(self, request: _Request, fault_id: str) -> _Reply:
-        return _json_reply(200, self.registry.revert(fault_id, "requested").to_json())
+        return _fault_reply(200, self.registry.revert(fault_id, "requested"))
 
 
 def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
@@ -288,14 +314,15 @@ def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
 
 def _batch_reply(ids: list[str], results: list[Fault | GamedayError]) -> _Reply:
     """``200 {"faults": [done], "failed": [{"id", "status", "error", ...}]}``."""
-    done, failed = [], []
+    done: list[Fault] = []
+    failed: list[dict[str, Any]] = []
     for fault_id, result in zip(ids, results, strict=True):
         if isinstance(result, Fault):
-            done.append(result.to_json())
+            done.append(result)
         else:
             status, extra = _status_of(result)
             failed.append({"id": fault_id, "status": status, "error": str(result), **extra})
-    return _json_reply(200, {"faults": done, "failed": failed})
+    return _faults_reply(200, done, failed)
 
 
 _Route = Callable[..., _Reply]
@@ -409,6 +436,26 @@ class _AgentHTTPServer(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
+class _HttpDate:
+    """The current time as an HTTP ``Date`` (``Sun, 06 Nov 1994 08:49:37 GMT``), made once
+    a second, not for every answer as the stdlib's handler does. Threads share it: the
+    ``(second, text)`` pair is replaced whole, so a reader never sees half of one."""
+
+    def __init__(self) -> None:
+        self._current: tuple[int, str] = (-1, "")
+
+    def now(self) -> str:
+        second = int(time.time())
+        current = self._current
+        if current[0] != second:
+            current = (second, email.utils.formatdate(second, usegmt=True))
+            self._current = current
+        return current[1]
+
+
+_HTTP_DATE: Final = _HttpDate()
+
+
 class _AgentRequestHandler(BaseHTTPRequestHandler):
     """Reads the request, checks the token and the body size, lets the agent answer."""
 
@@ -482,7 +529,8 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                                    _headers={"WWW-Authenticate": 'Bearer realm="gameday-agent"'})
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
                                    else MAX_BODY_BYTES)
-            reply = agent.handle(_Request(self.command, path, parse_qs(query), body))
+            reply = agent.handle(_Request(self.command, path,
+                                          parse_qs(query) if query else {}, body))
         except _HTTPFailure as failure:
             self._send_failure(failure)
             return
@@ -540,6 +588,13 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         _log.debug("agent.request", method=self.command, path=self.path.partition("?")[0],
                    status=code, client=self.client_address[0])
 
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header's value; the current one comes from :data:`_HTTP_DATE`."""
+        if timestamp is not None:
+            return super().date_time_string(timestamp)
+        return _HTTP_DATE.now()
+
     def log_message(self, format: str, *args: Any) -> None:
         # Idle keep-alive timeouts and malformed request lines; never headers.
         _log.debug("agent.http", message=format % args)
+

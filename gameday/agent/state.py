@@ -4,18 +4,31 @@ A crash (even ``kill -9``) leaves either the old or the new file, never a torn o
 the content goes to a temporary file in the same directory, is fsynced, then renamed
 over the old file with :func:`os.replace`, and the directory is fsynced
 (:func:`gameday.atomic.replace_file`).
+
+Each fault is saved as its JSON object (:attr:`gameday.agent.fault.Fault.encoded`) with
+the ``state`` of its entry (``applying``, ``active``, ``reverting``) added at the end
+(:func:`with_state`); the file is put together from these texts, not encoded again.
 """
 
 import json
 import pathlib
+from collections.abc import Sequence
 from typing import Any, Final
 
 from gameday.atomic import replace_file
 from gameday.errors import AgentError
 
-__all__ = ["STATE_VERSION", "StateFile"]
+__all__ = ["STATE_VERSION", "StateFile", "with_state"]
 
 STATE_VERSION: Final = 1
+
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"))  # compact: the C encoder
+
+
+def with_state(fault_json: str, state: str) -> str:
+    """A fault's JSON object (text, with at least one key) with ``"state": state`` added
+    as its last key."""
+    return f'{fault_json[:-1]},"state":{_ENCODER.encode(state)}}}'
 
 
 class StateFile:
@@ -47,9 +60,9 @@ class StateFile:
                 "and remove the file to start") from None
         return faults
 
-    def save(self, faults: list[dict[str, Any]], *, node: str, saved_at: float) -> None:
-        """Replace the file's content atomically with ``faults``."""
-        payload = json.dumps(  # compact: the C encoder (indent is not)
-            {"version": STATE_VERSION, "node": node, "saved_at": saved_at, "faults": faults},
-            separators=(",", ":"))
+    def save(self, faults: Sequence[str], *, node: str, saved_at: float) -> None:
+        """Replace the file's content atomically with ``faults``, each a JSON object as
+        text (:func:`with_state`)."""
+        payload = (f'{{"version":{STATE_VERSION},"node":{_ENCODER.encode(node)},'
+                   f'"saved_at":{_ENCODER.encode(saved_at)},"faults":[{",".join(faults)}]}}')
         replace_file(self.path, payload.encode("utf-8"), mode=0o600, durable=True)

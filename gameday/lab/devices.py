@@ -43,11 +43,16 @@ log = structlog.get_logger("gameday.lab.devices")
 
 @dataclass(frozen=True)
 class _Applied:
-    """What one applied fault changed: the GPU, and its fields' values from before."""
+    """What one applied fault changed: the GPU, and its fields' values from before.
+
+    ``states``: the GPU's state before and after the fault, when this run applied it;
+    while the GPU is still in the state after, reverting puts back the very state from
+    before (equal to restoring ``before``, and its JSON is already made)."""
 
     kind: str
     gpu: int
     before: Mapping[str, Any]
+    states: tuple[GpuState, GpuState] | None = None
 
 
 class VirtualGpuBackend:
@@ -100,10 +105,10 @@ class VirtualGpuBackend:
             change = fault.validate(request.target, request.params, tuple(self._gpus))
             old = self._gpus[change.gpu]
             new = change.apply(old)
-            after = vars(new)
-            before = {name: value for name, value in vars(old).items()
+            after = new.to_json()
+            before = {name: value for name, value in old.to_json().items()
                       if after[name] != value}
-            self._applied[fault_id] = _Applied(request.kind, change.gpu, before)
+            self._applied[fault_id] = _Applied(request.kind, change.gpu, before, (old, new))
             self._gpus[change.gpu] = new
             self._changed()
         log.info("fault_applied", fault_id=fault_id, kind=request.kind, gpu=new.label,
@@ -116,7 +121,10 @@ class VirtualGpuBackend:
             if applied is None:
                 return
             current = self._gpus[applied.gpu]
-            self._gpus[applied.gpu] = current.with_values(applied.before)
+            if applied.states is not None and applied.states[1] is current:
+                self._gpus[applied.gpu] = applied.states[0]  # unchanged since: as it was
+            else:
+                self._gpus[applied.gpu] = current.with_values(applied.before)
             self._changed()
         log.info("fault_reverted", fault_id=fault_id, kind=applied.kind,
                  gpu=current.label, restored=sorted(applied.before))

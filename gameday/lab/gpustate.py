@@ -4,9 +4,11 @@ A node publishes every GPU's state, and its backend's fault records, in one file
 ``<state_dir>/gpus.json`` (``{"gpus": [GpuState...], "faults": {...}}``), replaced
 atomically once per change (once per batch of changes). A shard bound to one GPU follows
 it with a ``stat`` per request (:class:`GpuStateWatcher`), re-reading only when the file
-was replaced, and picks its GPU's entry.
+was replaced, and picks its GPU's entry. A :class:`GpuState` is immutable and encodes
+its JSON once (:attr:`GpuState.encoded`), so a publish encodes only the GPUs that changed.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -15,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from gameday.cachedattr import cached_attribute, copy_with
 from gameday.lab.files import read_json, write_atomic
 
 __all__ = [
@@ -42,6 +45,8 @@ IDLE_MEMORY_MIB = 1
 CLOCK_EVENT_SW_THERMAL = 0x20
 CLOCK_EVENT_HW_THERMAL = 0x40
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # compact: the C encoder (indent is not)
+
 
 def gpu_uuid(node: str, index: int) -> str:
     """A deterministic, NVIDIA-shaped UUID for GPU ``index`` of ``node``."""
@@ -51,7 +56,8 @@ def gpu_uuid(node: str, index: int) -> str:
 
 @dataclass(frozen=True)
 class GpuState:
-    """What a node knows about one of its virtual GPUs."""
+    """What a node knows about one of its virtual GPUs (never changed in place: the JSON
+    text cached on it relies on that; copy with :meth:`with_values`)."""
 
     node: str
     index: int
@@ -75,12 +81,23 @@ class GpuState:
         return f"{self.node}/gpu{self.index}"
 
     def with_values(self, changes: Mapping[str, Any]) -> "GpuState":
-        """A copy with ``changes`` (field name to value); cheaper than
+        """A copy with ``changes`` (field name to value); much cheaper than
         :func:`dataclasses.replace`, and as strict about unknown names (``TypeError``)."""
-        return GpuState(**{**vars(self), **changes})
+        unknown = changes.keys() - GPU_FIELDS
+        if unknown:
+            raise TypeError(f"GpuState has no field {min(unknown)!r}")
+        return copy_with(self, changes, stale=("encoded",))
 
     def to_json(self) -> dict[str, Any]:
-        return dict(vars(self))  # every field is a plain value: no deep copy (asdict) needed
+        """Every field by name (plain values: no deep copy, as ``asdict`` makes, needed)."""
+        values = dict(vars(self))
+        values.pop("encoded", None)  # the cached text is no field
+        return values
+
+    @cached_attribute
+    def encoded(self) -> str:
+        """:meth:`to_json` as compact JSON text, made once for this state."""
+        return _ENCODER.encode(self.to_json())
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "GpuState":
@@ -100,6 +117,7 @@ def fresh_gpu(node: str, index: int) -> GpuState:
                     weights_corrupted=False)
 
 
+@functools.lru_cache(maxsize=256)  # a publish looks it up each time
 def node_state_path(state_dir: Path) -> Path:
     """Where a node publishes its GPUs' state: ``<state_dir>/gpus.json``."""
     return state_dir / "gpus.json"
@@ -116,10 +134,11 @@ class NodeState:
 
 def publish_node_state(state_dir: Path, gpus: Sequence[GpuState],
                        faults: dict[str, Any]) -> None:
-    """Publish every GPU's state and the fault records atomically, in one file."""
-    payload = {"gpus": [gpu.to_json() for gpu in gpus], "faults": faults}
-    # compact: the C encoder (indent is not)
-    write_atomic(node_state_path(state_dir), json.dumps(payload, separators=(",", ":")))
+    """Publish every GPU's state and the fault records atomically, in one file (put
+    together from each GPU's :attr:`GpuState.encoded`: only changed GPUs are encoded)."""
+    payload = (f'{{"gpus":[{",".join(gpu.encoded for gpu in gpus)}],'
+               f'"faults":{_ENCODER.encode(faults)}}}')
+    write_atomic(node_state_path(state_dir), payload)
 
 
 def read_node_state(path: Path) -> NodeState | None:

@@ -10,7 +10,7 @@ stand-in here.
 
 import json
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -78,7 +78,7 @@ def saves(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     written: list[int] = []
     real: Callable[..., None] = StateFile.save
 
-    def counting(self: StateFile, faults: list[dict[str, Any]], **kw: Any) -> None:
+    def counting(self: StateFile, faults: Sequence[str], **kw: Any) -> None:
         written.append(len(faults))
         real(self, faults, **kw)
 

@@ -1,5 +1,6 @@
 """The virtual backend: gpu.ecc validation, apply, idempotent revert, published state."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +9,13 @@ import pytest
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
-from gameday.lab.gpustate import GpuStateWatcher, gpu_uuid, node_state_path
+from gameday.lab.gpustate import (
+    GPU_FIELDS,
+    GpuStateWatcher,
+    fresh_gpu,
+    gpu_uuid,
+    node_state_path,
+)
 from gameday.lab.shard import gpu_fault
 
 
@@ -117,3 +124,29 @@ def test_what_a_shard_makes_of_its_gpu(backend: VirtualGpuBackend) -> None:
     backend.apply("f-3", ecc(2, count=0, xid=63))
     assert gpu_fault(backend.snapshot()[2], 0, "node-0/gpu2") is None
     assert gpu_fault(None, 0, "node-0/gpu3") is not None
+
+
+def test_reverts_in_any_order_restore_the_gpu_and_its_published_text(
+        backend: VirtualGpuBackend, tmp_path: Path) -> None:
+    fresh = backend.snapshot()[1]
+    thermal = FaultRequest("gpu.thermal", {"gpu": 1}, {})
+    for first, second in (("f-ecc", "f-hot"), ("f-hot", "f-ecc")):  # LIFO, then FIFO
+        backend.apply("f-ecc", ecc(1, kind="single_bit", count=2, xid=63))
+        backend.apply("f-hot", thermal)
+        hot = backend.snapshot()[1]
+        assert (hot.ecc_sbe_total, hot.last_xid, hot.clock_event_reasons) == (2, 63, 0x60)
+        backend.revert(first, thermal if first == "f-hot" else ecc(1))
+        backend.revert(second, thermal if second == "f-hot" else ecc(1))
+        assert backend.snapshot()[1] == fresh
+        published = json.loads(node_state_path(tmp_path).read_text())
+        assert published["gpus"][1] == fresh.to_json() and published["faults"] == {}
+
+
+def test_a_gpu_state_copy_never_keeps_the_text_of_the_state_it_came_from() -> None:
+    healthy = fresh_gpu("node-0", 0)
+    assert json.loads(healthy.encoded) == healthy.to_json()
+    hot = healthy.with_values({"temperature_c": 91.5})
+    assert json.loads(hot.encoded) == {**healthy.to_json(), "temperature_c": 91.5}
+    assert set(hot.to_json()) == GPU_FIELDS
+    with pytest.raises(TypeError, match="no field 'temp'"):
+        healthy.with_values({"temp": 1})

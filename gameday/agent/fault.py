@@ -1,0 +1,192 @@
+"""One fault the agent applied (:class:`Fault`), and its JSON text, made once.
+
+A fault is immutable: a change (applied, reverted, renewed) is a new :class:`Fault`. So
+its compact JSON text (:attr:`Fault.encoded`) is made at most once per fault, and the
+agent's state file and its answers are put together from these texts instead of
+encoding the same dicts again. The part that never changes over a fault's life (``id``
+to ``injected_at``) and its ``details`` are encoded once for the fault and shared with
+its copies (:meth:`Fault.as_applied`, :meth:`Fault.as_reverted`).
+
+The text is what ``json.dumps(fault.to_json(), separators=(",", ":"))`` writes, byte
+for byte (``NaN``/``Infinity`` too, which :func:`strict_json` refuses for answers), but
+for details whose keys a backend gave twice (``1`` and ``"1"``): the text keeps both,
+the object the last, and both read back the same.
+"""
+
+import functools
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from gameday.agent.backend import FaultRequest
+from gameday.agent.protocol import REVERT_REASONS, RevertReason
+from gameday.cachedattr import cached_attribute, copy_with
+from gameday.errors import AgentError
+
+__all__ = ["Details", "Fault", "decode_details", "encode_details", "new_fault_ids",
+           "strict_json"]
+
+#: Compact, like the state file; stateless, so shared by threads.
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
+#: A backend's details: anything it returns that JSON cannot hold becomes a string.
+_DETAILS_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), default=str)
+_REASONS_JSON: Final = {reason: _ENCODER.encode(reason) for reason in REVERT_REASONS}
+
+
+class Details(NamedTuple):
+    """A backend's details as plain JSON: the object, and its JSON text."""
+
+    value: dict[str, Any]
+    encoded: str
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault the agent applied: what, where, under which lease, and its end.
+
+    Times are Unix epoch seconds. ``reverted_at`` and ``revert_reason`` are ``None``
+    while the fault is active. ``details`` is what the backend's ``apply`` returned.
+    The fields are never changed in place (the JSON texts cached on the fault rely
+    on it): copy with :meth:`as_applied`, :meth:`as_reverted` or
+    :func:`dataclasses.replace`.
+    """
+
+    id: str
+    kind: str
+    target: dict[str, Any]
+    params: dict[str, Any]
+    lease_s: float
+    injected_at: str
+    applied_at: float
+    expires_at: float
+    reverted_at: float | None = None
+    revert_reason: RevertReason | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.reverted_at is None
+
+    @cached_attribute
+    def request(self) -> FaultRequest:
+        """The request the backend applied (and is given again to revert)."""
+        return FaultRequest(self.kind, self.target, self.params)
+
+    def as_applied(self, now: float, details: Details) -> "Fault":
+        """The fault once the backend applied it at ``now``: its lease runs from then."""
+        return self._copy({"applied_at": now, "expires_at": now + self.lease_s,
+                           "details": details.value, "_head_json": self._head_json,
+                           "_details_json": details.encoded})
+
+    def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
+        """The fault once reverted at ``now`` for ``reason``."""
+        return self._copy({"reverted_at": now, "revert_reason": reason,
+                           "_head_json": self._head_json,
+                           "_details_json": self._details_json})
+
+    def _copy(self, changes: dict[str, Any]) -> "Fault":
+        """A copy with ``changes``, keeping the cached values but :attr:`encoded` (the
+        copies above change no field the others are made of); cheap on a batch's hot
+        path, unlike :func:`dataclasses.replace`."""
+        return copy_with(self, changes, stale=("encoded",))
+
+    def to_json(self) -> dict[str, Any]:
+        """The fault as the agent API shows it (docs/agent-api.md)."""
+        return {
+            "id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
+            "lease_s": self.lease_s, "injected_at": self.injected_at,
+            "applied_at": self.applied_at, "expires_at": self.expires_at,
+            "reverted_at": self.reverted_at, "revert_reason": self.revert_reason,
+            "details": self.details,
+        }
+
+    @cached_attribute
+    def encoded(self) -> str:
+        """:meth:`to_json` as compact JSON text, made once for this fault."""
+        reverted_at = "null" if self.reverted_at is None else _number(self.reverted_at)
+        reason = ("null" if self.revert_reason is None else
+                  _REASONS_JSON.get(self.revert_reason) or _ENCODER.encode(self.revert_reason))
+        return (f'{self._head_json},"applied_at":{_number(self.applied_at)},'
+                f'"expires_at":{_number(self.expires_at)},"reverted_at":{reverted_at},'
+                f'"revert_reason":{reason},"details":{self._details_json}}}')
+
+    @cached_attribute
+    def _head_json(self) -> str:
+        """The JSON object of the fields that never change over the fault's life, open
+        at the end (no ``}``)."""
+        return _ENCODER.encode({
+            "id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
+            "lease_s": self.lease_s, "injected_at": self.injected_at})[:-1]
+
+    @cached_attribute
+    def _details_json(self) -> str:
+        return _ENCODER.encode(self.details) if self.details else "{}"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Fault":
+        """Read a fault written by :meth:`to_json` (extra keys are ignored)."""
+        try:
+            reason = data.get("revert_reason")
+            if reason is not None and reason not in REVERT_REASONS:
+                raise ValueError(f"unknown revert_reason {reason!r}")
+            reverted_at = data.get("reverted_at")
+            return cls(
+                id=str(data["id"]), kind=str(data["kind"]),
+                target=dict(data.get("target") or {}), params=dict(data.get("params") or {}),
+                lease_s=float(data["lease_s"]), injected_at=str(data.get("injected_at", "")),
+                applied_at=float(data["applied_at"]), expires_at=float(data["expires_at"]),
+                reverted_at=None if reverted_at is None else float(reverted_at),
+                revert_reason=reason, details=dict(data.get("details") or {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AgentError(f"malformed fault record {dict(data)!r}: {exc}") from None
+
+
+def new_fault_ids(count: int) -> list[str]:
+    """``count`` new fault ids: ``f-`` and a random (version 4) UUID in hex, as
+    ``uuid.uuid4().hex`` makes them, from one read of the OS's randomness for them all
+    (``uuid4`` reads it once per id)."""
+    raw = bytearray(os.urandom(16 * count))
+    for start in range(0, len(raw), 16):
+        raw[start + 6] = raw[start + 6] & 0x0F | 0x40  # version 4
+        raw[start + 8] = raw[start + 8] & 0x3F | 0x80  # variant RFC 4122
+    text = raw.hex()
+    return [f"f-{text[start:start + 32]}" for start in range(0, len(text), 32)]
+
+
+def _number(value: float) -> str:
+    """A number as the JSON encoder writes it (a finite float: its ``repr``)."""
+    if type(value) is float and math.isfinite(value) and value:  # not 0.0 = -0.0 either
+        return _float_json(value)
+    return _ENCODER.encode(value)
+
+
+@functools.lru_cache(maxsize=256)  # the faults of a batch share their times
+def _float_json(value: float) -> str:
+    return float.__repr__(value)
+
+
+def strict_json(text: str) -> bool:
+    """Whether JSON text made of fault texts holds no ``NaN``/``Infinity`` (which answers
+    must refuse, as ``json.dumps(..., allow_nan=False)`` does); may say ``False`` for a
+    string that merely contains the word, so a caller that gets ``False`` encodes the
+    objects instead, strictly."""
+    return "NaN" not in text and "Infinity" not in text
+
+
+def encode_details(details: object) -> str:
+    """A backend's details as JSON text (anything unserialisable becomes a string);
+    raises what the encoder raises (a circular reference, a key that is not a string)."""
+    return _DETAILS_ENCODER.encode(details) if details else "null"
+
+
+def decode_details(encoded: list[str]) -> list[Details]:
+    """Details encoded by :func:`encode_details`, decoded in one go: each a JSON object
+    (``{}`` for none, ``{"value": ...}`` for anything else), with its text."""
+    values = json.loads(f"[{','.join(encoded)}]")
+    return [Details({}, "{}") if value is None
+            else Details(value, text) if isinstance(value, dict)
+            else Details({"value": value}, f'{{"value":{text}}}')
+            for value, text in zip(values, encoded, strict=True)]

@@ -1,0 +1,130 @@
+"""A fault's JSON text, made once per fault (gameday/agent/fault.py), and what the agent
+puts together from it: the state file and the answers must still read back as the very
+objects ``to_json`` gives. Real: the registry, its state file, the HTTP answers; the
+backend is the marker backend (tests/agent/agent_marker.py) or a stand-in that returns
+odd details, as a backend may."""
+
+import dataclasses
+import json
+import math
+import pathlib
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from agent_marker import KIND, MarkerBackend
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gameday.agent.backend import FaultRequest
+from gameday.agent.fault import Fault, decode_details, encode_details, new_fault_ids
+from gameday.agent.metrics import AgentMetrics
+from gameday.agent.registry import FaultRegistry
+from gameday.agent.server import _fault_reply, _faults_reply
+from gameday.clock import FakeClock
+from gameday.lab.devices import VirtualGpuBackend
+
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                               max_size=3),
+    max_leaves=8)
+objects = st.dictionaries(st.text(max_size=6), plain, max_size=4)
+times = st.floats(min_value=0, max_value=2e9) | st.integers(min_value=0, max_value=2**31)
+
+
+def compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+@given(target=objects, params=objects, details=objects, applied=times, lease=times,
+       reverted=times, kind=st.text(max_size=10))
+def test_the_text_is_what_the_encoder_writes_for_every_copy(
+        target: dict[str, Any], params: dict[str, Any], details: dict[str, Any],
+        applied: float, lease: float, reverted: float, kind: str) -> None:
+    fault = Fault(id="f-1", kind=kind, target=target, params=params, lease_s=lease,
+                  injected_at="process", applied_at=applied, expires_at=applied + lease)
+    assert fault.encoded == compact(fault.to_json())
+    [got] = decode_details([encode_details(details)])
+    active = fault.as_applied(applied + 1, got)
+    assert active.details == got.value and json.loads(active.encoded) == active.to_json()
+    done = active.as_reverted(reverted, "lease-expired")
+    assert json.loads(done.encoded) == done.to_json()
+    assert done.encoded.startswith(fault.encoded.split(',"applied_at"')[0])
+    renewed = dataclasses.replace(active, lease_s=lease + 1, expires_at=applied + lease + 1)
+    assert renewed.encoded == compact(renewed.to_json())  # nothing stale carried over
+    assert Fault.from_json(json.loads(done.encoded)) == done
+
+
+def test_odd_details_are_plain_json_in_the_object_and_the_text() -> None:
+    odd: list[object] = [None, {}, [1, 2], "text", {"path": pathlib.Path("/x"), 1: (2, 3)}]
+    got = decode_details([encode_details(value) for value in odd])
+    assert [d.value for d in got] == [{}, {}, {"value": [1, 2]}, {"value": "text"},
+                                      {"path": "/x", "1": [2, 3]}]
+    assert all(json.loads(d.encoded) == d.value for d in got)
+
+
+def test_new_fault_ids_are_distinct_version_4_uuids() -> None:
+    ids = new_fault_ids(500)
+    assert len(set(ids)) == 500
+    for fault_id in ids:
+        value = uuid.UUID(fault_id.removeprefix("f-"))
+        assert fault_id == f"f-{value.hex}" and value.version == 4
+        assert value.variant == uuid.RFC_4122
+
+
+def test_the_state_file_reads_back_as_the_faults_and_their_states(
+        tmp_path: pathlib.Path) -> None:
+    registry = FaultRegistry(MarkerBackend(tmp_path / "markers"),
+                             state_path=tmp_path / "agent.json", node="n\u00e9-1",
+                             clock=FakeClock(start=1_000.5))
+    faults = registry.apply_many([(FaultRequest(KIND, {"n": i}, {"x": "\u2713"}), 30)
+                                  for i in range(3)])
+    registry.revert(faults[0].id)
+    saved = json.loads(registry.state_path.read_text(encoding="utf-8"))
+    assert saved["node"] == "n\u00e9-1" and saved["saved_at"] == 1_000.5
+    assert saved["faults"] == [{**f.to_json(), "state": "active"} for f in faults[1:]]
+
+
+class NanDetails(MarkerBackend):
+    """Stand-in for a backend whose details hold a float JSON cannot carry."""
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        super().apply(fault_id, request)
+        return {"ratio": math.nan, "note": "NaN Infinity"}
+
+
+def test_answers_never_carry_nan_but_words_in_strings_pass(tmp_path: pathlib.Path) -> None:
+    registry = FaultRegistry(NanDetails(tmp_path / "markers"),
+                             state_path=tmp_path / "agent.json", node="n1")
+    fault = registry.apply(FaultRequest(KIND, {"n": 1}), 30)
+    with pytest.raises(ValueError, match="Out of range float"):
+        _fault_reply(201, fault)  # the agent answers 500, as for any unencodable answer
+    words = dataclasses.replace(fault, details={"note": "NaN Infinity"})
+    for reply in (_fault_reply(200, words), _faults_reply(200, [words], [])):
+        answer = json.loads(reply.body, parse_constant=pytest.fail)
+        assert answer in (words.to_json(), {"faults": [words.to_json()], "failed": []})
+
+
+def metric_values(metrics: AgentMetrics) -> Mapping[str, float]:
+    lines = metrics.render().decode().splitlines()
+    return {name: float(value) for name, _, value in (line.rpartition(" ") for line in lines)
+            if name.startswith("gameday_agent_faults_") and "_total" in name}
+
+
+def test_a_batch_of_mixed_kinds_counts_each_fault(tmp_path: pathlib.Path) -> None:
+    registry = FaultRegistry(VirtualGpuBackend("n0", tmp_path / "gpus", gpus=4),
+                             state_path=tmp_path / "agent.json", node="n0")
+    ecc = {"kind": "single_bit"}
+    faults = registry.apply_many([(FaultRequest("gpu.ecc", {"gpu": 0}, ecc), 30),
+                                  (FaultRequest("gpu.thermal", {"gpu": 1}), 30),
+                                  (FaultRequest("gpu.ecc", {"gpu": 2}, ecc), 30)])
+    registry.revert_many([f.id for f in faults])
+    assert metric_values(registry.metrics) == {
+        'gameday_agent_faults_applied_total{kind="gpu.ecc"}': 2.0,
+        'gameday_agent_faults_applied_total{kind="gpu.thermal"}': 1.0,
+        'gameday_agent_faults_reverted_total{kind="gpu.ecc",reason="requested"}': 2.0,
+        'gameday_agent_faults_reverted_total{kind="gpu.thermal",reason="requested"}': 1.0,
+    }

@@ -374,6 +374,7 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
     started = time.monotonic()
     target = session.require_target()
     lease = session.lease(lease_s)
+    several = len({request.node for request in requests}) > 1  # batches land one by one
 
     def apply(node: str, batch: list["InjectRequest"]
               ) -> list[FaultEntry | BaseException] | Waiting:
@@ -396,7 +397,8 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
                 return _one_failed(batch, exc.index, exc)
             entries = [session.entry(request, client.url, fault, lease=lease, action=action)
                        for request, fault in zip(batch, faults, strict=True)]
-            session.ledger.record_applied_many(entries, sync=False)  # fsync'd at the end
+            if several:  # written now, while other agents work; fsync'd at the end
+                session.ledger.record_applied_many(entries, sync=False)
             return list(entries)
 
         return Then(client.start_inject_many([
@@ -410,15 +412,15 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
         with signals.deferred():
             session.record_applied([o.value for o in done if o.error is None])
     entries = [o.value for o in outcomes if o.error is None]  # in the order of requests
-    report = FanoutReport(results=[
-        TargetResult(node=o.job.node, target=dict(o.job.target), ok=o.error is None,
-                     attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
-                     error=None if o.error is None else _error_text(o.error))
-        for o in outcomes])
     if len(outcomes) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error  # one target: its own error, nothing to roll back
     kinds = ",".join(sorted({r.kind for r in requests}))
-    if report.failed:
+    if len(entries) < len(outcomes):
+        report = FanoutReport(results=[
+            TargetResult(node=o.job.node, target=dict(o.job.target), ok=o.error is None,
+                         attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
+                         error=None if o.error is None else _error_text(o.error))
+            for o in outcomes])
         report.rollback_failures = revert_entries(session, entries, "fanout-partial-failure",
                                                   options)
         failed_ids = {line.split(" ", 2)[1] for line in report.rollback_failures}
@@ -426,8 +428,8 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
         report.wall_s = time.monotonic() - started
         log.warning("fan-out failed", kind=kinds, summary=report.summary())
         raise FanoutFailed(report)
-    report.wall_s = time.monotonic() - started
-    log.info("fan-out applied", kind=kinds, faults=len(entries), wall_s=round(report.wall_s, 3))
+    log.info("fan-out applied", kind=kinds, faults=len(entries),
+             wall_s=round(time.monotonic() - started, 3))
     return entries
 
 

@@ -183,12 +183,15 @@ def append_event(path: Path, event: str, run_id: str, payload: dict[str, Any]) -
         os.close(fd)
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True)  # stateless: shared by every write
+
+
 def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any]]], *,
                   sync: bool = True) -> None:
     """Append several event lines with one write and (``sync``) one fsync."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps({"event": event, "run": run_id, **payload}, sort_keys=True)
-                   + "\n" for event, payload in events)
+    data = "".join(_ENCODER.encode({"event": event, "run": run_id, **payload}) + "\n"
+                   for event, payload in events)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, data.encode("utf-8"))

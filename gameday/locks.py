@@ -1,12 +1,15 @@
 """Target locks: two runs never fault the same GPU, link, path or pod at once.
 
-Under ``$GAMEDAY_HOME/locks`` there is ONE lock file, ``targets.lock``, and each target
-key (``node-0.gpu-2``, ``node-1.link-eth0``, ...) is one byte of it, at an offset derived
-from the key's SHA-256 (62 bits: two keys sharing a byte is not a practical concern). A
-run takes a target's byte with an open-file-description lock (``F_OFD_SETLK``, write,
-non-blocking) *before* it injects; a byte already locked refuses the run with
-:class:`TargetLocked`. Taking a lock is a system call on a file the run opened once, not
-a file per target: a fan-out over a fleet locks 1,024 GPUs in a few milliseconds.
+Under ``$GAMEDAY_HOME/locks`` each target key (``node-0.gpu-2``, ``node-1.link-eth0``,
+...) is one byte of one of 64 lock files, ``targets-00.lock`` to ``targets-63.lock``, at
+an offset derived from the key's SHA-256 (62 bits: two keys sharing a byte is not a
+practical concern; the offset also picks the file). A run takes a target's byte with an
+open-file-description lock (``F_OFD_SETLK``, write, non-blocking) *before* it injects; a
+byte already locked refuses the run with :class:`TargetLocked`. Taking a lock is a
+system call on a file the run opened once, not a file per target: a fan-out over a fleet
+locks 1,024 GPUs in a few milliseconds. (The kernel keeps a file's locks in a list that
+each new lock is checked against, so they are spread over 64 files: in one file, 1,024
+locks would cost four times as much, and 16,384 sixty times.)
 
 Who holds what: each run that holds locks keeps ``runs/<run id>.held``, whose first line
 is the holder (run id, pid, host, since) and each further line a target key it locked,
@@ -46,7 +49,7 @@ __all__ = ["Holder", "TargetLocked", "TargetLocks", "live_holders", "runs_holdin
            "target_key"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-TARGETS_FILE = "targets.lock"
+LOCK_FILES = 64  # targets-00.lock .. targets-63.lock
 RUNS_DIR = "runs"
 _HELD_SUFFIX = ".held"
 _OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
@@ -79,7 +82,7 @@ def target_key(node: str, target: Mapping[str, Any]) -> str:
 
 
 def _offset(key: str) -> int:
-    """The byte of ``targets.lock`` that stands for ``key``."""
+    """The byte that stands for ``key`` (its lock file: the offset modulo 64)."""
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 2
 
 
@@ -104,7 +107,7 @@ class TargetLocks:
         self.run_id = run_id
         self._held: set[str] = set()
         self._guard = threading.Lock()
-        self._targets: int | None = None  # fd of targets.lock
+        self._files: dict[int, int] = {}  # lock file number -> its fd
         self._record: int | None = None   # fd of this run's holder file (flock'd)
         self._record_path: Path | None = None
 
@@ -119,13 +122,14 @@ class TargetLocks:
         with self._guard:
             if key in self._held:
                 return
-            targets = self._open(self.directory)
-            if not _lock_byte(targets, _offset(key)):
+            offset = _offset(key)
+            number = offset % LOCK_FILES
+            if not _lock_byte(self._open(self.directory, number), offset):
                 holder = next((h for h in live_holders(self.directory) if h.target == key),
                               None)
                 who = holder.describe() if holder else "another run"
                 raise TargetLocked(f"target {key} is locked by {who}; nothing injected "
-                                   f"(lock file {self.directory / TARGETS_FILE})")
+                                   f"(lock file {self.directory / _lock_file(number)})")
             assert self._record is not None
             os.write(self._record, f"{key}\n".encode())
             self._held.add(key)
@@ -133,20 +137,27 @@ class TargetLocks:
     def release_all(self) -> None:
         """Drop every lock this run holds, and its holder file."""
         with self._guard:
-            targets, record, path = self._targets, self._record, self._record_path
-            self._targets = self._record = self._record_path = None
+            files, record, path = self._files, self._record, self._record_path
+            self._files, self._record, self._record_path = {}, None, None
             self._held = set()
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink()
-        for fd in (targets, record):
-            if fd is not None:
-                os.close(fd)  # drops the byte locks, then the holder's flock
+        for fd in [*files.values(), *([record] if record is not None else [])]:
+            os.close(fd)  # drops the byte locks, then the holder's flock
 
-    def _open(self, directory: Path) -> int:
-        """Under the guard: ``targets.lock`` and this run's holder file, opened once."""
-        if self._targets is not None:
-            return self._targets
+    def _open(self, directory: Path, number: int) -> int:
+        """Under the guard: lock file ``number`` (and, the first time, this run's holder
+        file), opened once."""
+        if self._record is None:
+            self._record, self._record_path = self._hold(directory)
+        if number not in self._files:
+            self._files[number] = os.open(directory / _lock_file(number),
+                                          os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return self._files[number]
+
+    def _hold(self, directory: Path) -> tuple[int, Path]:
+        """This run's holder file, flock'd, with its first line written: its fd and path."""
         runs = directory / RUNS_DIR
         runs.mkdir(parents=True, exist_ok=True)
         final = runs / f"{_UNSAFE.sub('_', self.run_id)}{_HELD_SUFFIX}"
@@ -160,15 +171,16 @@ class TargetLocks:
                                           "host": socket.gethostname(), "since": stamp})
                               + "\n").encode())
             os.replace(temporary, final)  # seen by others only once locked
-            targets = os.open(directory / TARGETS_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                              0o644)
         except BaseException:
             os.close(record)
             with contextlib.suppress(OSError):
                 temporary.unlink()
             raise
-        self._targets, self._record, self._record_path = targets, record, final
-        return targets
+        return record, final
+
+
+def _lock_file(number: int) -> str:
+    return f"targets-{number:02d}.lock"
 
 
 def _read_holder(path: Path) -> list[Holder]:

@@ -9,17 +9,25 @@ import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import Final
 
 __all__ = ["create_temporary", "replace_file"]
+
+#: The permission bits at most that :func:`create_temporary` creates a file with.
+_CREATED_BITS: Final = 0o600
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically, with permissions ``mode``; ``durable``:
-    fsync the file and, after the rename, its directory."""
+    fsync the file and, after the rename, its directory. A ``mode`` within the owner's
+    read and write bits (``0o600``, the agent's state file) is the one the temporary file
+    is created with (:func:`create_temporary`; a umask never takes the owner's bits in
+    practice), so no ``fchmod`` is spent on it; a wider one is set exactly."""
     fd, tmp = create_temporary(path, mode)
     try:
         try:
-            os.fchmod(fd, mode)
+            if mode & ~_CREATED_BITS:
+                os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -41,7 +49,8 @@ def create_temporary(path: Path, mode: int = 0o600) -> tuple[int, str]:
     ``(fd, name)``. Named by process and thread (cheaper than :func:`tempfile.mkstemp`'s
     random names, as safe: created with ``O_EXCL | O_NOFOLLOW``, so never an existing
     file or a link). A leftover of a dead process that had the same pid is removed
-    first; the directory is made on first use. Created with ``mode & 0o600``."""
+    first; the directory is made on first use. Created with ``mode & 0o600`` (less the
+    umask)."""
     directory, name = os.path.split(path)
     tmp = os.path.join(directory, f".{name}.{os.getpid()}-{threading.get_ident()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

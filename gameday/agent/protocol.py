@@ -89,10 +89,10 @@ def check_lease(value: object, *, field: str = "lease_s") -> float:
 
 
 def _check_fields(body: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(body) - set(allowed))
+    unknown = body.keys() - allowed
     if unknown:
         raise InvalidInput(
-            f"unknown field {unknown[0]!r}; expected {', '.join(allowed)}")
+            f"unknown field {min(unknown)!r}; expected {', '.join(allowed)}")
 
 
 def _json_object(value: object, field: str) -> dict[str, Any]:

@@ -7,8 +7,8 @@ API is ``docs/agent-api.md``.
 """
 
 import contextlib
-import email.utils
 import hmac
+import io
 import json
 import os
 import pathlib
@@ -16,20 +16,19 @@ import re
 import selectors
 import socket
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs, unquote
 
 import structlog
 
 from gameday.agent import openapi
+from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.backend import Backend
 from gameday.agent.fault import strict_json
-from gameday.agent.httphead import BadRequestHead, parse_request_line, read_header_fields
+from gameday.agent.httphead import BadRequestHead, read_request_head
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
@@ -78,16 +77,14 @@ class _HTTPFailure(Exception):
         super().__init__(message)
 
 
-@dataclass(frozen=True)
-class _Request:
+class _Request(NamedTuple):
     method: str
     path: str
     query: dict[str, list[str]]
     body: bytes | None
 
 
-@dataclass(frozen=True)
-class _Reply:
+class _Reply(NamedTuple):
     status: int
     body: bytes
     content_type: str = "application/json"
@@ -327,29 +324,41 @@ def _batch_reply(ids: list[str], results: list[Fault | GamedayError]) -> _Reply:
 
 _Route = Callable[..., _Reply]
 
-_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [
-    (re.compile(r"/healthz"), {"GET": AgentServer._healthz}),
-    (re.compile(r"/metrics"), {"GET": AgentServer._metrics}),
-    (re.compile(r"/openapi\.json"), {"GET": AgentServer._openapi}),
-    (re.compile(r"/v1/inventory"), {"GET": AgentServer._inventory}),
-    (re.compile(r"/v1/faults"), {"GET": AgentServer._list, "POST": AgentServer._inject}),
+#: Endpoints without a parameter in their path, found by a dict lookup.
+_FIXED_ROUTES: Final[dict[str, dict[str, _Route]]] = {
+    "/healthz": {"GET": AgentServer._healthz},
+    "/metrics": {"GET": AgentServer._metrics},
+    "/openapi.json": {"GET": AgentServer._openapi},
+    "/v1/inventory": {"GET": AgentServer._inventory},
+    "/v1/faults": {"GET": AgentServer._list, "POST": AgentServer._inject},
+    "/v1/faults:batch": {"POST": AgentServer._inject_batch},
+    "/v1/faults:batch-revert": {"POST": AgentServer._revert_batch},
+    "/v1/faults:batch-renew": {"POST": AgentServer._renew_batch},
+}
+#: Endpoints with a fault id in their path (none of them is a fixed one).
+_ID_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [
     (re.compile(r"/v1/faults/([^/]+)"), {"GET": AgentServer._get, "DELETE": AgentServer._revert}),
-    (re.compile(r"/v1/faults:batch"), {"POST": AgentServer._inject_batch}),
-    (re.compile(r"/v1/faults:batch-revert"), {"POST": AgentServer._revert_batch}),
-    (re.compile(r"/v1/faults:batch-renew"), {"POST": AgentServer._renew_batch}),
     (re.compile(r"/v1/faults/([^/]+)/renew"), {"POST": AgentServer._renew}),
 ]
 
 
 def _route(method: str, path: str) -> tuple[_Route, tuple[str, ...]]:
-    for pattern, methods in _ROUTES:
+    methods = _FIXED_ROUTES.get(path)
+    params: tuple[str, ...] = ()
+    if methods is None:
+        methods, params = _id_route(path)
+    route = methods.get(method)
+    if route is None:
+        raise _HTTPFailure(405, f"{method} is not allowed on {path}; use "
+                           f"{', '.join(sorted(methods))}", allow=sorted(methods))
+    return route, params
+
+
+def _id_route(path: str) -> tuple[dict[str, _Route], tuple[str, ...]]:
+    for pattern, methods in _ID_ROUTES:
         match = pattern.fullmatch(path)
-        if match is None:
-            continue
-        if method not in methods:
-            raise _HTTPFailure(405, f"{method} is not allowed on {path}; use "
-                               f"{', '.join(sorted(methods))}", allow=sorted(methods))
-        return methods[method], tuple(unquote(g) for g in match.groups())
+        if match is not None:
+            return methods, tuple(unquote(g) for g in match.groups())
     raise _HTTPFailure(404, f"no such endpoint {path}")
 
 
@@ -436,65 +445,71 @@ class _AgentHTTPServer(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
-class _HttpDate:
-    """The current time as an HTTP ``Date`` (``Sun, 06 Nov 1994 08:49:37 GMT``), made once
-    a second, not for every answer as the stdlib's handler does. Threads share it: the
-    ``(second, text)`` pair is replaced whole, so a reader never sees half of one."""
-
-    def __init__(self) -> None:
-        self._current: tuple[int, str] = (-1, "")
-
-    def now(self) -> str:
-        second = int(time.time())
-        current = self._current
-        if current[0] != second:
-            current = (second, email.utils.formatdate(second, usegmt=True))
-            self._current = current
-        return current[1]
-
-
-_HTTP_DATE: Final = _HttpDate()
+_HTTP_DATE: Final = HttpDate()
+#: The methods the agent has endpoints for; any other is answered 501.
+_METHODS: Final = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH"})
 
 
 class _AgentRequestHandler(BaseHTTPRequestHandler):
-    """Reads the request, checks the token and the body size, lets the agent answer."""
+    """Reads the request, checks the token and the body size, lets the agent answer.
+
+    Of the stdlib's handler it keeps the set-up of a connection and the loop over its
+    requests (``handle``); one request (:meth:`handle_one_request`) is read with
+    :mod:`gameday.agent.httphead` and answered with one ``sendall`` of the head
+    (:func:`gameday.agent.answer.answer_head`) and the body, instead of the stdlib's
+    ``send_response``/``send_header``/``end_headers`` and a buffered writer."""
 
     server: _AgentHTTPServer
-    raw_requestline: bytes  # set by the stdlib's handle_one_request
-    path = ""  # until a request line is read (the stdlib answers one over 64 KiB before)
+    rfile: io.BufferedReader  # as StreamRequestHandler.setup makes it (rbufsize -1)
+    path = ""  # until a request line is read (one over 64 KiB is answered before)
+    _fields: dict[str, str]  # the request's header fields, by lower-case name
     protocol_version = "HTTP/1.1"
-    server_version = "gameday-agent/1"
+    server_version = SERVER
     sys_version = ""
     timeout = IDLE_CONNECTION_S
-    disable_nagle_algorithm = True
-    wbufsize = 64 * 1024  # headers and body leave in one write (flushed after each request)
+    disable_nagle_algorithm = True  # an answer is one write; a pipelined one is not held
+    wbufsize = 0  # nothing is written through wfile; the stdlib's unbuffered writer
 
-    def parse_request(self) -> bool:
-        """Read the request head (:mod:`gameday.agent.httphead`, leaner than the stdlib's
-        email parser); a malformed one is answered with a one-line JSON error and closes
-        the connection. Keep-alive as the stdlib: HTTP/1.1 unless ``Connection: close``,
-        HTTP/1.0 only with ``Connection: keep-alive``; ``Expect: 100-continue`` (1.1)
-        is answered before the body is read."""
+    def handle_one_request(self) -> None:
+        """Read one request and answer it. A malformed head (:mod:`gameday.agent.httphead`)
+        is answered with a one-line JSON error, as is a method without endpoints (501),
+        and the connection closed; a connection idle for :data:`IDLE_CONNECTION_S` is
+        closed. Keep-alive as the stdlib: HTTP/1.1 unless ``Connection: close``, HTTP/1.0
+        only with ``Connection: keep-alive``; ``Expect: 100-continue`` (1.1) is answered
+        before the body is read."""
         self.command, self.path = "", ""
         self.request_version = "HTTP/1.0"  # until known: errors still get a status line
         self.close_connection = True
-        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self._fields = {}
         try:
-            line = parse_request_line(self.requestline)
+            try:
+                head = read_request_head(self.rfile)
+            except BadRequestHead as bad:
+                self.send_error(bad.status, bad.message)
+                return
+            if head is None:
+                return  # the client closed the connection
+            line, self._fields = head
             self.command, self.path, self.request_version = line.command, line.path, line.version
-            self.headers = read_header_fields(self.rfile)
-        except BadRequestHead as bad:
-            self.send_error(bad.status, bad.message)
-            return False
-        connection = self.headers.get("Connection", "").lower()
-        if connection in ("close", "keep-alive"):
-            self.close_connection = connection == "close"
-        else:
-            self.close_connection = not line.keep_alive
-        if self.headers.get("Expect", "").lower() == "100-continue" and line.keep_alive:
-            go_on = self.handle_expect_100()
-            self.wfile.flush()  # the client waits for it before it sends the body
-            return go_on
+            connection = self._fields.get("connection", "").lower()
+            if connection in ("close", "keep-alive"):
+                self.close_connection = connection == "close"
+            else:
+                self.close_connection = not line.keep_alive
+            if line.keep_alive and self._fields.get("expect", "").lower() == "100-continue":
+                self.handle_expect_100()
+            if self.command in _METHODS:
+                self._dispatch()
+            else:
+                self.send_error(HTTPStatus.NOT_IMPLEMENTED,
+                                f"Unsupported method ({self.command!r})")
+        except TimeoutError as exc:
+            self.log_error("Request timed out: %r", exc)
+            self.close_connection = True
+
+    def handle_expect_100(self) -> bool:
+        """Answer ``100 Continue`` at once: the client waits for it to send the body."""
+        self.connection.sendall(CONTINUE)
         return True
 
     def send_error(self, code: int, message: str | None = None,
@@ -504,27 +519,12 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._send_failure(_HTTPFailure(code, message or HTTPStatus(code).phrase))
 
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def do_PATCH(self) -> None:
-        self._dispatch()
-
     def _dispatch(self) -> None:
         agent = self.server.agent
         path, _, query = self.path.partition("?")
         try:
             if path not in _PUBLIC_PATHS and not agent.authorized(
-                    self.headers.get("Authorization")):
+                    self._fields.get("authorization")):
                 raise _HTTPFailure(401, "missing or wrong bearer token",
                                    _headers={"WWW-Authenticate": 'Bearer realm="gameday-agent"'})
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
@@ -541,10 +541,10 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self._send(reply.status, reply.body, reply.content_type)
 
     def _read_body(self, limit: int) -> bytes | None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+        if "chunked" in self._fields.get("transfer-encoding", "").lower():
             self.close_connection = True
             raise _HTTPFailure(411, "send the body with a Content-Length, not chunked")
-        raw = self.headers.get("Content-Length")
+        raw = self._fields.get("content-length")
         if raw is None:
             return None
         try:
@@ -566,35 +566,26 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         allow = extra.pop("allow", None)
         if allow:
             headers["Allow"] = ", ".join(allow)
-        if failure.status in (401, 411, 413) and self.headers.get("Content-Length", "0") != "0":
+        if failure.status in (401, 411, 413) and self._fields.get("content-length", "0") != "0":
             self.close_connection = True  # the body was not read
         reply = _json_reply(failure.status, {"error": failure.message, **extra})
         self._send(reply.status, reply.body, reply.content_type, headers)
 
     def _send(self, status: int, body: bytes, content_type: str,
               headers: dict[str, str] | None = None) -> None:
-        self.send_response(status, HTTPStatus(status).phrase)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        """The answer in one write: head and (but to a ``HEAD`` request) body."""
+        self.log_request(status)
+        head = answer_head(status, content_type, len(body), _HTTP_DATE.now(), extra=headers,
+                           close=self.close_connection)
+        self.connection.sendall(head if self.command == "HEAD" else head + body)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        _log.debug("agent.request", method=self.command, path=self.path.partition("?")[0],
-                   status=code, client=self.client_address[0])
-
-    def date_time_string(self, timestamp: float | None = None) -> str:
-        """The ``Date`` header's value; the current one comes from :data:`_HTTP_DATE`."""
-        if timestamp is not None:
-            return super().date_time_string(timestamp)
-        return _HTTP_DATE.now()
+        # Through the agent's bound logger: the module's lazy proxy would look the logger
+        # up again for every answer.
+        self.server.agent._log.debug("agent.request", method=self.command,
+                                     path=self.path.partition("?")[0], status=code,
+                                     client=self.client_address[0])
 
     def log_message(self, format: str, *args: Any) -> None:
         # Idle keep-alive timeouts and malformed request lines; never headers.
-        _log.debug("agent.http", message=format % args)
-
+        self.server.agent._log.debug("agent.http", message=format % args)

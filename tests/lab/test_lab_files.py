@@ -1,10 +1,13 @@
 """Atomic writes (gameday/lab/files.py over gameday/atomic.py) on the real filesystem: no
-stand-ins."""
+stand-ins (but for an ``os.fchmod`` that refuses, to show when it is not called)."""
 
 import os
 import threading
 from pathlib import Path
 
+import pytest
+
+from gameday.atomic import replace_file
 from gameday.lab.files import read_json, write_atomic, write_json_atomic
 
 
@@ -57,3 +60,26 @@ def test_threads_writing_the_same_file_never_tear_it(tmp_path: Path) -> None:
         thread.join()
     assert errors == [] and read_json(target)["i"] == 49
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]
+
+
+def test_the_mode_is_set_exactly_whatever_the_umask_and_0o600_needs_no_chmod(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.fchmod`` is swapped for one that fails, to show the state file's mode (0o600)
+    comes from creating the file and that a wider mode is still set through it."""
+    previous = os.umask(0o077)
+    try:
+        write_atomic(tmp_path / "wide", "x", mode=0o644)  # wider than the umask lets through
+        assert (tmp_path / "wide").stat().st_mode & 0o777 == 0o644
+
+        def refuse(fd: int, mode: int) -> None:
+            raise AssertionError(f"fchmod({mode:o}) for a mode the file was created with")
+
+        monkeypatch.setattr(os, "fchmod", refuse)
+        replace_file(tmp_path / "state", b"{}", mode=0o600, durable=True)
+        assert (tmp_path / "state").stat().st_mode & 0o777 == 0o600
+        with pytest.raises(AssertionError):
+            write_atomic(tmp_path / "wide", "y", mode=0o640)
+        assert (tmp_path / "wide").read_text() == "x"  # a failed write leaves the file
+    finally:
+        os.umask(previous)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state", "wide"]

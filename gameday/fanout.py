@@ -14,11 +14,14 @@ in flight); a refusal (``4xx``: bad parameters, conflict, unknown kind) is not. 
 target gets a :class:`TargetResult`: the refused one says why, the others of its batch
 say they were not applied because of it.
 
-An interruption (a signal, an activity timeout) stops the sending: the answers of the
-requests already in flight are still read (signals deferred meanwhile) and their
-outcomes kept, so what the agents applied is recorded, then rolled back by the caller.
-Only an answer being read at the very moment of the interruption is lost; its agent
-reverts that fault when the lease lapses.
+An interruption (Ctrl-C, SIGTERM, SIGHUP, an activity timeout) stops the sending: the
+answers of the requests already in flight are still read (signals deferred meanwhile)
+and their outcomes kept, so what the agents applied is recorded, then rolled back by
+the caller. Sending a request and noting it in flight, and reading an answer and keeping
+its outcome, each happen with the run's signals held back (:func:`gameday.signals.held`),
+so Ctrl-C, SIGTERM and SIGHUP never cut one in half; an activity timeout (SIGALRM) can,
+and then at most that one batch is applied unrecorded and reverted by its agent when
+its lease lapses.
 
 If any target failed, everything this fan-out applied is reverted (one batch revert per
 node, concurrently) and the report says which targets failed and why, and what was
@@ -269,30 +272,32 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
                                   due=time.monotonic() + delay(batch.attempt)))
 
     def launch(batch: _Batch[J]) -> None:
-        busy.add(batch.node)
-        try:
-            step = call(batch.node, [job for _, job in batch.items])
-        except Exception as exc:
-            settle(batch, [exc] * len(batch.items))
-            return
-        if isinstance(step, list):
-            settle(batch, step)
-            return
-        batch.waiting = step
-        flights[step.fileno()] = batch
-        selector.register(step.fileno(), selectors.EVENT_READ, batch)
+        with signals.held():  # a request sent is a request in flights: never half
+            busy.add(batch.node)
+            try:
+                step = call(batch.node, [job for _, job in batch.items])
+            except GamedayError as exc:
+                settle(batch, [exc] * len(batch.items))
+                return
+            if isinstance(step, list):
+                settle(batch, step)
+                return
+            batch.waiting = step
+            flights[step.fileno()] = batch
+            selector.register(step.fileno(), selectors.EVENT_READ, batch)
 
     def land(batch: _Batch[J]) -> None:
         assert batch.waiting is not None
-        try:
-            values = batch.waiting.result()
-        except Exception as exc:
-            values = [exc] * len(batch.items)
-        if not batch.settled:
-            settle(batch, values)
-        for fd in [fd for fd, flying in flights.items() if flying is batch]:
-            selector.unregister(fd)
-            del flights[fd]
+        with signals.held():  # an answer read is an outcome kept: never half
+            try:
+                values = batch.waiting.result()
+            except GamedayError as exc:
+                values = [exc] * len(batch.items)
+            if not batch.settled:
+                settle(batch, values)
+            for fd in [fd for fd, flying in flights.items() if flying is batch]:
+                selector.unregister(fd)
+                del flights[fd]
 
     def wait(until: float) -> None:
         """Read the answers that arrive before ``until`` or the first deadline in flight;

@@ -73,3 +73,21 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         STATE.deferred = previous
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Hold signals back while the block runs (a step that must not be cut in half, such
+    as sending a request and noting that it was sent), then raise the interruption one
+    brought meanwhile. Inside :func:`deferred` (cleanup) signals stay deferred."""
+    if STATE.deferred:
+        yield
+        return
+    before = STATE.received
+    STATE.deferred = True
+    try:
+        yield
+    finally:
+        STATE.deferred = False
+    if STATE.received is not None and STATE.received != before:
+        raise Interrupted(STATE.received)

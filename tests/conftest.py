@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -49,6 +50,22 @@ def chaos(args: list[str], env: dict[str, str], timeout: float = 120,
           **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "chaos"), "--no-version-check", *args], env=env, cwd=REPO,
                           text=True, capture_output=True, timeout=timeout, **kwargs)
+
+
+@pytest.fixture
+def gameday_signals() -> Iterator[None]:
+    """gameday's SIGINT/SIGTERM/SIGHUP handlers (as ``gameday run`` installs them) for
+    one test, pytest's put back after it."""
+    from gameday import signals
+    previous = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
+    signals.reset()
+    signals.install()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        signals.reset()
 
 
 def read_json(path: Path) -> Any:

@@ -144,26 +144,12 @@ class Interrupting(VirtualGpuBackend):
         return super().apply(fault_id, request)
 
 
-@contextlib.contextmanager
-def gameday_signals() -> Iterator[None]:
-    """gameday's SIGINT/SIGTERM/SIGHUP handlers (as ``gameday run`` installs them) for
-    the test, pytest's put back after it."""
-    previous = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
-    signals.reset()
-    signals.install()
-    Interrupting.sent = False
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        signals.reset()
-
-
-def test_an_interruption_mid_fan_out_still_records_what_was_applied(tmp_path: Path) -> None:
+def test_an_interruption_mid_fan_out_still_records_what_was_applied(
+        tmp_path: Path, gameday_signals: None) -> None:
     nodes = ["i0", "i1", "i2", "i3"]
     backends = {"i2": Interrupting("i2", tmp_path / "gpus" / "i2", gpus=4)}
-    with gameday_signals(), running_standin() as api, inprocess_agents(tmp_path, nodes,
+    Interrupting.sent = False
+    with running_standin() as api, inprocess_agents(tmp_path, nodes,
                                                     backends=backends) as agents:
         api.add_secret(NAMESPACE, "gameday-agent-token", {"token": AGENT_TOKEN})
         for server in agents.servers:
@@ -241,13 +227,13 @@ def test_an_agent_that_never_answers_times_out_is_retried_and_the_rest_rolled_ba
 
 
 def test_an_interruption_reads_what_is_in_flight_and_gives_up_on_a_hung_agent(
-        tmp_path: Path) -> None:
+        tmp_path: Path, gameday_signals: None) -> None:
     """A real Ctrl-C (SIGINT, gameday's handlers) arrives while an agent applies and
     another never answers: the answers in flight are read and recorded, the hung one is
     given up at its deadline, and the rollback reverts everything applied."""
     backends = {"h1": Interrupting("h1", tmp_path / "gpus" / "h1", gpus=4)}
-    with gameday_signals(), inprocess_agents(tmp_path, ["h0", "h1", "h2"],
-                                             backends=backends) as agents, \
+    Interrupting.sent = False
+    with inprocess_agents(tmp_path, ["h0", "h1", "h2"], backends=backends) as agents, \
             silent_agent() as url:
         target = hosts_target(agents, url, timeout_s=0.5)
         session = sessions.Session(target=target,

@@ -3,27 +3,13 @@ when the block ends, not in the middle of it; inside cleanup (deferred) it is no
 
 import os
 import signal
-from collections.abc import Iterator
 
 import pytest
 
 from gameday import signals
 
 
-@pytest.fixture
-def handlers() -> Iterator[None]:
-    previous = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
-    signals.reset()
-    signals.install()
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        signals.reset()
-
-
-def test_a_signal_inside_a_held_step_is_raised_when_the_step_ends(handlers: None) -> None:
+def test_a_signal_inside_a_held_step_is_raised_when_the_step_ends(gameday_signals: None) -> None:
     steps: list[str] = []
     with pytest.raises(signals.Interrupted) as caught, signals.held():
         steps.append("sent")
@@ -34,7 +20,7 @@ def test_a_signal_inside_a_held_step_is_raised_when_the_step_ends(handlers: None
         steps.append("again")
 
 
-def test_inside_cleanup_a_held_step_raises_nothing(handlers: None) -> None:
+def test_inside_cleanup_a_held_step_raises_nothing(gameday_signals: None) -> None:
     with signals.deferred():
         with signals.held():
             os.kill(os.getpid(), signal.SIGTERM)

@@ -13,13 +13,18 @@ fan-out (``--agent-state DIR`` puts them on a disk). The orchestrator discovers 
 through the REAL kubernetes client (``--target kubernetes``); its ledger and target locks
 are on disk (fsync'd), in both timed parts.
 
-Timed, in one run:
+Timed, in one run, in ``--rounds`` turns (default 3):
 
 - fan-out: the action ``faults.gpu.ecc_error(gpu={percent: 100})`` (one activity:
   1,024 GPUs, concurrently through :mod:`gameday.fanout`: one batch request per agent,
   ``POST /v1/faults:batch``), then ``faults.gpu.revert`` (one ``:batch-revert`` per agent);
-- sequential: for every GPU, ``faults.gpu.ecc_error(gpu={node, index})`` then
+- sequential: for a third of the GPUs, ``faults.gpu.ecc_error(gpu={node, index})`` then
   ``faults.gpu.revert`` as plain activities through chaoslib's ``run_activity``.
+
+Each turn has its own session (ledger and target locks). ``wall_s`` is the MEAN of the
+fan-outs, ``sequential_s`` the SUM of the thirds (every GPU once): taking turns puts the
+two under the same conditions on a shared machine, whose speed drifts by tens of per
+cent from one minute to the next.
 
 Last line: ``fanout: gpus=1024 agents=128 wall_s=… sequential_s=… ratio=…
 orchestrator_rss_mb=…`` (goals: wall_s <= 2, ratio >= 20). ``orchestrator_rss_mb`` is
@@ -33,6 +38,7 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,6 +120,8 @@ def main() -> None:
                         help="where the agents keep their state (default: /dev/shm where it "
                              "exists; give a disk directory to include 128 agents' fsyncs "
                              "on this machine's one disk)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="fan-outs, each followed by 1/ROUNDS of the one-by-one GPUs")
     parser.add_argument("--skip-sequential", action="store_true",
                         help="time the fan-out only (for profiling)")
     parser.add_argument("--rack", nargs=4, help=argparse.SUPPRESS)
@@ -153,29 +161,33 @@ def main() -> None:
                 return sessions.activate(sessions.Session(
                     target=target, ledger_path=state / name / "ledger.jsonl"))
 
-            fan = session("fanout")
-            cpu_before = time.process_time()
-            agents_cpu_before = cpu_seconds(processes)
-            started = time.perf_counter()
-            applied = run_activity(activity("ecc_error", gpu={"percent": 100}, **ECC), {}, {})
-            reverted = run_activity(activity("revert"), {}, {})
-            wall_s = time.perf_counter() - started
-            cpu_s = time.process_time() - cpu_before
-            agents_cpu_s = cpu_seconds(processes) - agents_cpu_before
-            assert len(applied["faults"]) == len(gpus) and reverted == {"reverted": len(gpus)}
-            assert not fan.ledger.active()
-            fan.close()
+            walls, cpus, agents_cpus, sequential_s = [], [], [], 0.0
+            for rep in range(args.rounds):  # fan-outs and thirds of the one-by-one, in turn
+                fan = session(f"fanout-{rep}")
+                cpu_before = time.process_time()
+                agents_cpu_before = cpu_seconds(processes)
+                started = time.perf_counter()
+                applied = run_activity(activity("ecc_error", gpu={"percent": 100}, **ECC),
+                                       {}, {})
+                reverted = run_activity(activity("revert"), {}, {})
+                walls.append(time.perf_counter() - started)
+                cpus.append(time.process_time() - cpu_before)
+                agents_cpus.append(cpu_seconds(processes) - agents_cpu_before)
+                assert len(applied["faults"]) == len(gpus)
+                assert reverted == {"reverted": len(gpus)} and not fan.ledger.active()
+                fan.close()
 
-            seq = session("sequential")
-            started = time.perf_counter()
-            for gpu in gpus[:0] if args.skip_sequential else gpus:
-                run_activity(activity("ecc_error", gpu={"node": gpu.node, "index": gpu.index},
-                                      **ECC), {}, {})
-                run_activity(activity("revert"), {}, {})
-            sequential_s = time.perf_counter() - started
-            assert args.skip_sequential or len(seq.ledger.entries()) == len(gpus)
-            assert not seq.ledger.active()
-            seq.close()
+                seq = session(f"sequential-{rep}")
+                share = [] if args.skip_sequential else gpus[rep::args.rounds]
+                started = time.perf_counter()
+                for gpu in share:
+                    run_activity(activity("ecc_error",
+                                          gpu={"node": gpu.node, "index": gpu.index}, **ECC),
+                                 {}, {})
+                    run_activity(activity("revert"), {}, {})
+                sequential_s += time.perf_counter() - started
+                assert len(seq.ledger.entries()) == len(share) and not seq.ledger.active()
+                seq.close()
             sessions.deactivate()
         finally:
             for process in processes:
@@ -185,12 +197,14 @@ def main() -> None:
             if args.agent_state:
                 shutil.rmtree(agent_state, ignore_errors=True)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    wall_s = statistics.fmean(walls)
     print(f"agents' state in {args.agent_state or 'a temporary directory'}; "
           f"fan-out concurrency {FanoutOptions().concurrency}")
-    print(f"fan-out: inject+revert of {len(gpus)} GPUs in {wall_s:.3f} s; one by one as "
-          f"activities: {sequential_s:.3f} s (CPU in the fan-out: orchestrator {cpu_s:.3f} s, "
-          f"agents {agents_cpu_s:.3f} s, on {os.cpu_count()} CPUs; "
-          f"load average {os.getloadavg()[0]:.1f})")
+    print(f"fan-out: inject+revert of {len(gpus)} GPUs in "
+          f"{', '.join(f'{w:.3f}' for w in walls)} s (mean {wall_s:.3f} s); one by one as "
+          f"activities: {sequential_s:.3f} s (CPU per fan-out: orchestrator "
+          f"{statistics.fmean(cpus):.3f} s, agents {statistics.fmean(agents_cpus):.3f} s, on "
+          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f})")
     print(f"fanout: gpus={len(gpus)} agents={len(agents)} wall_s={wall_s:.3f} "
           f"sequential_s={sequential_s:.3f} ratio={sequential_s / wall_s:.1f} "
           f"orchestrator_rss_mb={rss_mb:.0f}")

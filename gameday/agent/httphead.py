@@ -28,7 +28,8 @@ _KEEP_ALIVE: Final = {"HTTP/1.1": True, "HTTP/1.0": False}
 
 
 class BadRequestHead(Exception):
-    """The request head cannot be understood: answer ``status`` with ``message``, close."""
+    """The request head cannot be understood: answer ``status`` with ``message``, close
+    (the agent's handler errors are of this kind too, with fields of their own)."""
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status

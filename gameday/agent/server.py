@@ -67,14 +67,13 @@ _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
                                  "/v1/faults:batch-renew"})
 
 
-class _HTTPFailure(Exception):
-    """An answer other than 2xx, raised inside a handler."""
+class _HTTPFailure(BadRequestHead):
+    """An answer other than 2xx, raised inside a handler (``extra``: more fields of its
+    JSON error)."""
 
     def __init__(self, status: int, message: str, **extra: Any) -> None:
-        self.status = status
-        self.message = message
+        super().__init__(status, message)
         self.extra = extra
-        super().__init__(message)
 
 
 class _Request(NamedTuple):

@@ -31,6 +31,7 @@ used: then two sessions in ONE process do not exclude each other.
 import contextlib
 import datetime
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ import re
 import socket
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,14 @@ _OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
 
 
 class TargetLocked(GamedayError):
-    """Another live run holds the lock of a target; nothing was injected."""
+    """Another live run holds the lock of a target; nothing was injected (``index``:
+    the target's position among those locked at once)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, *, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,15 @@ class Holder:
 
 def target_key(node: str, target: Mapping[str, Any]) -> str:
     """The lock key of one fault target: ``node-0.gpu-2``, ``node-1.link-eth0``, ..."""
-    parts = [node] + [f"{key}-{target[key]}" for key in sorted(target)]
-    return ".".join(_UNSAFE.sub("_", str(part)) for part in parts) or "_"
+    parts = [node, *(f"{key}-{target[key]}" for key in sorted(target))]
+    return ".".join(map(_safe, parts)) or "_"
+
+
+@functools.lru_cache(maxsize=4096)
+def _safe(part: str) -> str:
+    """``part`` with each run of characters outside ``[A-Za-z0-9_.-]`` made one ``_``
+    (cached: a fleet's keys repeat their node names and target parts)."""
+    return _UNSAFE.sub("_", part)
 
 
 def _offset(key: str) -> int:
@@ -117,22 +130,37 @@ class TargetLocks:
 
     def acquire(self, key: str) -> None:
         """Take the lock of ``key`` or raise :class:`TargetLocked` naming its holder."""
+        self.acquire_many([key])
+
+    def acquire_many(self, keys: Sequence[str]) -> None:
+        """Take the locks of ``keys`` in order, naming them in the holder file with one
+        write; at the first one another run holds, raise :class:`TargetLocked` naming its
+        holder (``index``: its position; the keys before it stay locked and named)."""
         if self.directory is None:
             return
         with self._guard:
-            if key in self._held:
-                return
-            offset = _offset(key)
-            number = offset % LOCK_FILES
-            if not _lock_byte(self._open(self.directory, number), offset):
-                holder = next((h for h in live_holders(self.directory) if h.target == key),
-                              None)
-                who = holder.describe() if holder else "another run"
-                raise TargetLocked(f"target {key} is locked by {who}; nothing injected "
-                                   f"(lock file {self.directory / _lock_file(number)})")
-            assert self._record is not None
-            os.write(self._record, f"{key}\n".encode())
-            self._held.add(key)
+            taken: list[str] = []
+            try:
+                for index, key in enumerate(keys):
+                    if key in self._held:
+                        continue
+                    offset = _offset(key)
+                    number = offset % LOCK_FILES
+                    if not _lock_byte(self._open(self.directory, number), offset):
+                        raise self._refusal(self.directory, key, number, index)
+                    self._held.add(key)
+                    taken.append(key)
+            finally:
+                if taken:
+                    assert self._record is not None
+                    os.write(self._record, "".join(f"{key}\n" for key in taken).encode())
+
+    @staticmethod
+    def _refusal(directory: Path, key: str, number: int, index: int) -> "TargetLocked":
+        holder = next((h for h in live_holders(directory) if h.target == key), None)
+        who = holder.describe() if holder else "another run"
+        return TargetLocked(f"target {key} is locked by {who}; nothing injected "
+                            f"(lock file {directory / _lock_file(number)})", index=index)
 
     def release_all(self) -> None:
         """Drop every lock this run holds, and its holder file."""

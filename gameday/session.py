@@ -179,10 +179,17 @@ class Session:
         """Before a fault is injected on ``node``/``target``: refuse a node outside the
         allowlist (:class:`BlastRadiusExceeded`), then take the target's lock
         (:class:`gameday.locks.TargetLocked` naming the holder)."""
+        self.admit_many(node, [target])
+
+    def admit_many(self, node: str, targets: Sequence[Mapping[str, Any]]) -> None:
+        """:meth:`admit` for several targets of one node, in order: the allowlist is
+        checked once, the locks are taken together (a refused one raises
+        :class:`gameday.locks.TargetLocked` with its ``index``; those before it stay
+        locked)."""
         if not self.target_config.node_allowed(node):
             raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
                                       f"{self.target_config.source}; nothing injected")
-        self.locks.acquire(target_key(node, target))
+        self.locks.acquire_many([target_key(node, target) for target in targets])
 
     @staticmethod
     def entry(request: "InjectRequest", agent_url: str, fault: Mapping[str, Any], *,

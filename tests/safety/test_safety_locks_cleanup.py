@@ -40,6 +40,26 @@ def test_second_holder_is_refused_with_who_and_since(tmp_path: Path) -> None:
     second.release_all()
 
 
+
+def test_many_locks_at_once_stop_at_the_first_held_one(tmp_path: Path) -> None:
+    first, second = TargetLocks(tmp_path, "run-a"), TargetLocks(tmp_path, "run-b")
+    first.acquire("node-0.gpu-2")
+    held_by_a = r"target node-0\.gpu-2 is locked by run run-a"
+    with pytest.raises(TargetLocked, match=held_by_a) as refused:
+        second.acquire_many(["node-0.gpu-0", "node-0.gpu-1", "node-0.gpu-2", "node-0.gpu-3"])
+    assert refused.value.index == 2
+    assert second.held() == ["node-0.gpu-0", "node-0.gpu-1"]  # taken before it: kept
+    named = {(h.run_id, h.target) for h in live_holders(tmp_path)}
+    assert named == {("run-a", "node-0.gpu-2"), ("run-b", "node-0.gpu-0"),
+                     ("run-b", "node-0.gpu-1")}
+    with pytest.raises(TargetLocked):  # gpu-3 was never taken: not named, still free
+        first.acquire("node-0.gpu-0")
+    first.acquire("node-0.gpu-3")
+    second.acquire_many(["node-0.gpu-1", "node-0.gpu-0"])  # held already: nothing to do
+    assert sum(1 for h in live_holders(tmp_path) if h.run_id == "run-b") == 2
+    first.release_all()
+    second.release_all()
+
 def test_a_lock_dies_with_its_holder(tmp_path: Path) -> None:
     code = ("import sys, time; from pathlib import Path; from gameday.locks import TargetLocks;"
             "TargetLocks(Path(sys.argv[1]), 'doomed').acquire('node-0.gpu-0');"

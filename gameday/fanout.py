@@ -55,8 +55,9 @@ from tenacity import RetryCallState, Retrying, wait_exponential
 from gameday import signals
 from gameday.agent.client import BatchFailed, BatchResult, Exchange
 from gameday.agent.protocol import MAX_BATCH_ITEMS
-from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError
+from gameday.errors import AgentError, GamedayError
 from gameday.ledger import FaultEntry
+from gameday.locks import TargetLocked
 from gameday.targets import GpuRef
 
 if TYPE_CHECKING:
@@ -403,13 +404,10 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
     def apply(node: str, batch: list["InjectRequest"]
               ) -> list[FaultEntry | BaseException] | Waiting:
         client = target.agent(node)
-        for position, request in enumerate(batch):  # allowlist and locks, before the agent
-            try:
-                session.admit(node, request.target)
-            except BlastRadiusExceeded:
-                raise  # the whole node is refused (not transient)
-            except GamedayError as exc:
-                return _one_failed(batch, position, exc)
+        try:  # allowlist and locks, before the agent; a refused node raises (not transient)
+            session.admit_many(node, [request.target for request in batch])
+        except TargetLocked as exc:
+            return _one_failed(batch, exc.index, exc)
 
         def finish(answer: Callable[[], list[dict[str, Any]]]
                    ) -> list[FaultEntry | BaseException]:
@@ -425,9 +423,9 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
                 session.ledger.record_applied_many(entries, sync=False)
             return list(entries)
 
-        return Then(client.start_inject_many([
-            {"kind": request.kind, "target": dict(request.target),
-             "params": dict(request.params), "lease_s": lease} for request in batch]), finish)
+        return Then(client.start_inject_many([  # copied there
+            {"kind": request.kind, "target": request.target, "params": request.params,
+             "lease_s": lease} for request in batch]), finish)
 
     done: list[_Outcome[InjectRequest]] = []
     try:

@@ -4,6 +4,10 @@ Each line of the ledger file is one JSON event (``applied``, ``renewed``, ``reve
 ``lost``), flushed and fsync'd before the call returns, so a crash of the orchestrator
 never loses what it injected. The in-memory view answers "what is still active".
 
+The faults of one agent's batch share one ``applied`` event (:func:`applied_events`:
+their common fields once, a ``faults`` list of their own), and reverts with one reason
+one ``reverted`` event; :func:`read_ledger` gives one record per fault either way.
+
 A fan-out records each agent's batch as its answer lands, without waiting for the
 disk (``sync=False``: the lines are in the file, so a killed orchestrator's cleanup
 finds them), then makes them all durable with one fsync when it ends; recording an
@@ -17,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 
 @dataclass
@@ -49,7 +53,7 @@ class FaultEntry:
         """How to undo the fault without this process: the agent call that reverts it."""
         if self.via != "agent":
             return {str(k): str(v) for k, v in (self.details.get("inverse") or {}).items()}
-        return {"method": "DELETE", "url": f"{self.agent_url}/v1/faults/{self.id}"}
+        return agent_inverse(self.agent_url, self.id)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +64,51 @@ class FaultEntry:
             "revert_reason": self.revert_reason, "details": self.details,
             "inverse": self.inverse, "via": self.via,
         }
+
+
+def agent_inverse(agent_url: str, fault_id: str) -> dict[str, str]:
+    """The agent call that reverts fault ``fault_id`` of the agent at ``agent_url``."""
+    return {"method": "DELETE", "url": f"{agent_url}/v1/faults/{fault_id}"}
+
+
+#: The fields that the faults of one ``applied`` event of a batch share, stated once.
+_SHARED: Final = ("kind", "node", "agent_url", "params", "injected_at", "lease_s", "action",
+                  "via")
+#: The fields each fault of it states in its ``faults`` list.
+_OWN: Final = ("id", "target", "applied_at", "expires_at", "details")
+
+
+def _same_batch(first: FaultEntry, other: FaultEntry) -> bool:
+    """Whether ``other`` can share ``first``'s ``applied`` event (agent faults only: their
+    inverse is the agent call, rebuilt on reading)."""
+    return (other.via == first.via == "agent" and other.node == first.node
+            and other.kind == first.kind and other.agent_url == first.agent_url
+            and other.injected_at == first.injected_at and other.lease_s == first.lease_s
+            and other.action == first.action and other.params == first.params
+            and other.reverted_at is None and first.reverted_at is None)
+
+
+def applied_events(entries: list[FaultEntry], extra: dict[str, Any]
+                   ) -> list[tuple[str, dict[str, Any]]]:
+    """The ``applied`` events of ``entries`` (each with ``extra``): one event per run of
+    consecutive agent faults that share :data:`_SHARED` (an agent's batch), with those
+    stated once and a ``faults`` list of each one's own fields (:data:`_OWN`); any other
+    fault as one flat event (:meth:`FaultEntry.to_json`). :func:`read_ledger` reads both."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    start = 0
+    for end in range(1, len(entries) + 1):
+        if end < len(entries) and _same_batch(entries[start], entries[end]):
+            continue
+        group = entries[start:end]
+        if len(group) == 1:
+            events.append(("applied", {**group[0].to_json(), **extra}))
+        else:
+            first = group[0]
+            events.append(("applied", {
+                **{name: getattr(first, name) for name in _SHARED}, **extra,
+                "faults": [{name: getattr(e, name) for name in _OWN} for e in group]}))
+        start = end
+    return events
 
 
 class Ledger:
@@ -112,22 +161,24 @@ class Ledger:
             for entry in new:
                 self._entries[entry.id] = entry
             extra = {"pid": os.getpid(), "host": self._host}
-            self._append_many([("applied", {**e.to_json(), **extra}) for e in new], sync=sync)
+            self._append_many(applied_events(new, extra), sync=sync)
 
     def record_reverted_many(self, reverted: list[tuple[str, float, str]], *,
                              sync: bool = True) -> None:
         """Record many reverts ``(id, reverted_at, reason)`` with one write and (``sync``)
         one fsync; a fault already recorded as reverted is not written again."""
         with self._lock:
-            events = []
+            by_reason: dict[str, list[dict[str, Any]]] = {}
             for fault_id, reverted_at, reason in reverted:
                 entry = self._entries.get(fault_id)
                 if entry is None or not entry.active:
                     continue
                 entry.reverted_at, entry.revert_reason = reverted_at, reason
-                events.append(("reverted", {"id": fault_id, "reverted_at": reverted_at,
-                                            "reason": reason}))
-            self._append_many(events, sync=sync)
+                by_reason.setdefault(reason, []).append({"id": fault_id,
+                                                         "reverted_at": reverted_at})
+            self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1
+                                else {"reason": reason, "faults": faults})
+                               for reason, faults in by_reason.items()], sync=sync)
 
     def record_renewed_many(self, renewed: list[tuple[str, float]]) -> None:
         """Record many renewals ``(id, expires_at)`` with one write and one fsync."""
@@ -173,32 +224,36 @@ class Ledger:
 
 def append_event(path: Path, event: str, run_id: str, payload: dict[str, Any]) -> None:
     """Append one event line (O_APPEND, one write, fsync'd before returning)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"event": event, "run": run_id, **payload}, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, line.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_events(path, run_id, [(event, payload)])
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True)  # stateless: shared by every write
+#: Compact lines, keys in the order written (``event``, ``run``, then the payload's);
+#: stateless, so shared by every write.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any]]], *,
                   sync: bool = True) -> None:
-    """Append several event lines with one write and (``sync``) one fsync."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Append several event lines with one write and (``sync``) one fsync; the file
+    (and its directory) is created on first use."""
     data = "".join(_ENCODER.encode({"event": event, "run": run_id, **payload}) + "\n"
                    for event, payload in events)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _open_for_append(path)
     try:
         os.write(fd, data.encode("utf-8"))
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _open_for_append(path: Path) -> int:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:  # no directory yet (checked only then: a syscall saved)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o600)
 
 
 def sync_file(path: Path) -> None:
@@ -211,7 +266,9 @@ def sync_file(path: Path) -> None:
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """Replay a ledger file into the last known state of each fault (for cleanup)."""
+    """Replay a ledger file into the last known state of each fault (for cleanup): one
+    flat ``applied`` record per fault, whether it was written alone or in a batch's event
+    (then with its ``inverse`` rebuilt, and ``reverted_at``/``revert_reason`` empty)."""
     faults: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return []
@@ -220,11 +277,28 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
             event = json.loads(raw)
         except json.JSONDecodeError:
             continue  # a torn last line after a crash
-        fault_id = event.get("id")
-        if not isinstance(fault_id, str):
-            continue
-        if event.get("event") == "applied":
-            faults[fault_id] = event
-        elif fault_id in faults:
-            faults[fault_id].update({k: v for k, v in event.items() if k != "event"})
+        for one in fault_events(event):
+            fault_id = one.get("id")
+            if not isinstance(fault_id, str):
+                continue
+            if one.get("event") == "applied":
+                faults[fault_id] = one
+            elif fault_id in faults:
+                faults[fault_id].update({k: v for k, v in one.items() if k != "event"})
     return list(faults.values())
+
+
+def fault_events(event: Any) -> list[dict[str, Any]]:
+    """A ledger event as one event per fault (a batch's event has a ``faults`` list)."""
+    if not isinstance(event, dict):
+        return []
+    batch = event.get("faults")
+    if not isinstance(batch, list):
+        return [event]
+    common = {k: v for k, v in event.items() if k != "faults"}
+    ones = [{**common, **item} for item in batch if isinstance(item, dict)]
+    if event.get("event") == "applied":
+        for one in ones:
+            one.update(reverted_at=None, revert_reason=None,
+                       inverse=agent_inverse(str(one.get("agent_url")), str(one.get("id"))))
+    return ones

@@ -172,7 +172,7 @@ def test_without_kubernetes_configuration_the_reconciler_is_named(
     (failed,) = late.failed
     assert failed.startswith("FAILED k8s.node_cordon k8s-far on gpu-c")
     assert "deadline 2027-01-15T09:00:00Z (in 3600 s) is beyond one lease from now" in failed
-    assert failed.endswith("apply the inverse {'node': 'gpu-c', 'op': 'uncordon'}")
+    assert failed.endswith("apply the inverse {'op': 'uncordon', 'node': 'gpu-c'}")
     assert all(f["reverted_at"] is None for f in read_ledger(ledger))  # nothing claimed
 
 

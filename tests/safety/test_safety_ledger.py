@@ -10,17 +10,20 @@ from typing import Any
 import pytest
 
 from gameday import ledger as ledgers
-from gameday.ledger import FaultEntry, Ledger, read_ledger
+from gameday.ledger import FaultEntry, Ledger, fault_events, read_ledger
 
 
-def entry(n: int) -> FaultEntry:
-    return FaultEntry(id=f"f-{n}", kind="gpu.ecc", node="node-0",
-                      agent_url="http://127.0.0.1:9", target={"gpu": n}, params={},
-                      injected_at="virtual", applied_at=1.0, expires_at=31.0, lease_s=30)
+def entry(n: int, **fields: Any) -> FaultEntry:
+    return FaultEntry(**{"id": f"f-{n}", "kind": "gpu.ecc", "node": "node-0",
+                         "agent_url": "http://127.0.0.1:9", "target": {"gpu": n}, "params": {},
+                         "injected_at": "virtual", "applied_at": 1.0 + n, "expires_at": 31.0,
+                         "lease_s": 30, **fields})
 
 
 def events(path: Path) -> list[tuple[str, str]]:
-    return [(e["event"], e["id"]) for e in map(json.loads, path.read_text().splitlines())]
+    """``(event, fault id)`` per fault of each line (a batch's line: one per fault)."""
+    return [(e["event"], e["id"]) for line in path.read_text().splitlines()
+            for e in fault_events(json.loads(line))]
 
 
 def test_batches_written_as_they_land_are_synced_once_and_never_twice(
@@ -67,3 +70,36 @@ def test_an_unsynced_write_that_failed_is_written_by_the_next_call(
     failing["on"] = False
     ledger.record_applied_many([entry(1)])
     assert events(path) == [("applied", "f-0"), ("applied", "f-1")]
+
+
+def fleet() -> list[FaultEntry]:
+    """Three faults of one agent's batch, then ones that cannot share its line."""
+    return [entry(0, details={"uuid": "GPU-0"}), entry(1), entry(2),
+            entry(3, params={"count": 2}),                            # other params
+            entry(4, node="node-1", agent_url="http://127.0.0.1:8"),  # another agent
+            entry(5, node="node-1", agent_url="http://127.0.0.1:8"),
+            entry(6, via="kubernetes", details={"inverse": {"op": "uncordon"}})]
+
+
+def test_a_batch_is_one_line_and_reads_back_as_its_faults_written_one_by_one(
+        tmp_path: Path) -> None:
+    batched, one_by_one = tmp_path / "batched.jsonl", tmp_path / "one-by-one.jsonl"
+    batch, single = Ledger(batched, "run-3"), Ledger(one_by_one, "run-3")
+    batch.record_applied_many(fleet())
+    for one in fleet():
+        single.record_applied(one)
+    lines = [json.loads(line) for line in batched.read_text().splitlines()]
+    assert [len(line.get("faults", [line])) for line in lines] == [3, 1, 2, 1]
+    assert lines[0]["params"] == {} and "inverse" not in lines[0]  # stated once; rebuilt
+    assert read_ledger(batched) == read_ledger(one_by_one)
+    assert read_ledger(batched)[1]["inverse"] == {"method": "DELETE",
+                                                  "url": "http://127.0.0.1:9/v1/faults/f-1"}
+    reverts = [("f-0", 9.0, "requested"), ("f-4", 9.5, "requested"), ("f-6", 9.0, "cleanup")]
+    batch.record_reverted_many(reverts)
+    for fault_id, at, reason in reverts:
+        single.record_reverted(fault_id, at, reason)
+    assert len(batched.read_text().splitlines()) == 4 + 2  # a line per reason
+    assert read_ledger(batched) == read_ledger(one_by_one)
+    assert [(f["id"], f["reverted_at"], f["reason"]) for f in read_ledger(batched)
+            if f["reverted_at"]] == [("f-0", 9.0, "requested"), ("f-4", 9.5, "requested"),
+                                     ("f-6", 9.0, "cleanup")]

@@ -21,7 +21,9 @@ Timed, in one run, in ``--rounds`` turns (default 3):
 - sequential: for a third of the GPUs, ``faults.gpu.ecc_error(gpu={node, index})`` then
   ``faults.gpu.revert`` as plain activities through chaoslib's ``run_activity``.
 
-Each turn has its own session (ledger and target locks). ``wall_s`` is the MEAN of the
+Each turn is a run of its own (a session), and all of them share one home, as the runs on
+one machine share ``$GAMEDAY_HOME``: one ledger file, one set of 64 target lock files
+(created by the first fan-out, in its time). ``wall_s`` is the MEAN of the
 fan-outs, ``sequential_s`` the SUM of the thirds (every GPU once): taking turns puts the
 two under the same conditions on a shared machine, whose speed drifts by tens of per
 cent from one minute to the next.
@@ -157,13 +159,13 @@ def main() -> None:
                     "type": "python", "module": "faults.gpu", "func": func,
                     "arguments": arguments}}
 
-            def session(name: str) -> sessions.Session:
+            def session() -> sessions.Session:  # one run; every run in one home
                 return sessions.activate(sessions.Session(
-                    target=target, ledger_path=state / name / "ledger.jsonl"))
+                    target=target, ledger_path=state / "home" / "ledger.jsonl"))
 
             walls, cpus, agents_cpus, sequential_s = [], [], [], 0.0
             for rep in range(args.rounds):  # fan-outs and thirds of the one-by-one, in turn
-                fan = session(f"fanout-{rep}")
+                fan = session()
                 cpu_before = time.process_time()
                 agents_cpu_before = cpu_seconds(processes)
                 started = time.perf_counter()
@@ -177,7 +179,7 @@ def main() -> None:
                 assert reverted == {"reverted": len(gpus)} and not fan.ledger.active()
                 fan.close()
 
-                seq = session(f"sequential-{rep}")
+                seq = session()
                 share = [] if args.skip_sequential else gpus[rep::args.rounds]
                 started = time.perf_counter()
                 for gpu in share:

@@ -499,8 +499,8 @@ def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]]
         done.append(_reverted(outcome.value, reason, session.clock.now()))
     session.ledger.record_reverted_many(done)  # what was not yet, and one fsync
     kinds = {o.job.id: o.job.kind for o in finished}
-    for fault_id, reverted_at, _ in done:
-        session.event("fault_reverted", id=fault_id, kind=kinds[fault_id], at=reverted_at)
+    session.events("fault_reverted", [{"id": fault_id, "kind": kinds[fault_id], "at": at}
+                                      for fault_id, at, _ in done])
     return failures
 
 

@@ -8,7 +8,7 @@ it, and closing it reverts everything still in the ledger.
 
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,10 +208,9 @@ class Session:
         if not entries:
             return
         self.ledger.record_applied_many(list(entries))  # fsync'd (a fan-out wrote them)
-        for entry in entries:
-            self.event("fault_applied", id=entry.id, kind=entry.kind, node=entry.node,
-                       target=entry.target, injected_at=entry.injected_at,
-                       at=entry.applied_at)
+        self.events("fault_applied", [
+            {"id": entry.id, "kind": entry.kind, "node": entry.node, "target": entry.target,
+             "injected_at": entry.injected_at, "at": entry.applied_at} for entry in entries])
         self.renewer.start()
         if len(entries) == 1:
             entry = entries[0]
@@ -276,8 +275,13 @@ class Session:
             self.results.append(result)
 
     def event(self, name: str, /, **detail: Any) -> None:
+        self.events(name, [detail])
+
+    def events(self, name: str, details: Iterable[dict[str, Any]]) -> None:
+        """Put an event ``name`` per detail on the timeline, all at one time."""
+        now = self.clock.now()
         with self._lock:
-            self.timeline.append(TimelineEvent(self.clock.now(), name, detail))
+            self.timeline.extend(TimelineEvent(now, name, detail) for detail in details)
 
     def close(self, reason: str = "rollback") -> list[str]:
         if self.recorder is not None:

@@ -47,7 +47,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 import structlog
 from tenacity import RetryCallState, Retrying, wait_exponential
@@ -159,8 +159,7 @@ def _transient(exc: BaseException) -> bool:
     return exc.status is None or exc.status >= 500 or exc.status == 429
 
 
-@dataclass(frozen=True)
-class _Outcome(Generic[J]):
+class _Outcome(NamedTuple, Generic[J]):
     job: J
     value: Any
     error: BaseException | None
@@ -215,6 +214,7 @@ class _Batch(Generic[J]):
     attempt: int = 1
     due: float = 0.0  # a retry: not sent before this time.monotonic()
     waiting: Waiting | None = None
+    fd: int = -1  # the socket its answer comes on, while in flight
     settled: bool = False
 
 
@@ -283,9 +283,9 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
             if isinstance(step, list):
                 settle(batch, step)
                 return
-            batch.waiting = step
-            flights[step.fileno()] = batch
-            selector.register(step.fileno(), selectors.EVENT_READ, batch)
+            batch.waiting, batch.fd = step, step.fileno()
+            flights[batch.fd] = batch
+            selector.register(batch.fd, selectors.EVENT_READ, batch)
 
     def land(batch: _Batch[J]) -> None:
         assert batch.waiting is not None
@@ -296,9 +296,9 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
                 values = [exc] * len(batch.items)
             if not batch.settled:
                 settle(batch, values)
-            for fd in [fd for fd, flying in flights.items() if flying is batch]:
-                selector.unregister(fd)
-                del flights[fd]
+            if flights.get(batch.fd) is batch:  # (its socket may be closed by now)
+                selector.unregister(batch.fd)
+                del flights[batch.fd]
 
     def wait(until: float) -> None:
         """Read the answers that arrive before ``until`` or the first deadline in flight;

@@ -7,13 +7,15 @@ immutable object the lock buys nothing: two threads that compute the value at on
 compute the same value, and either may be kept.
 
 :func:`copy_with` copies such an object with some fields changed, keeping the cached
-values that still hold, without the frozen dataclass's ``__init__``.
+values that still hold, and :func:`construct` makes one from its fields, both without
+the frozen dataclass's ``__init__``. :meth:`cached_attribute.many` computes the value
+for many objects at once (one JSON encoder call for a batch, say).
 """
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["cached_attribute", "copy_with"]
+__all__ = ["cached_attribute", "construct", "copy_with"]
 
 T = TypeVar("T")
 
@@ -43,6 +45,29 @@ class cached_attribute(Generic[T]):  # named like the decorator it stands for
             return self
         value = instance.__dict__[self._name] = self._compute(instance)
         return value
+
+    def many(self, instances: Sequence[Any], compute: Callable[[list[Any]], list[T]]
+             ) -> list[T]:
+        """The value for each of ``instances``: those not computed yet are computed
+        together, by ``compute`` (given them in order, it returns their values in
+        order), and kept, as a first access would."""
+        name = self._name
+        missing = [instance for instance in instances if name not in instance.__dict__]
+        if missing:
+            for instance, value in zip(missing, compute(missing), strict=True):
+                instance.__dict__[name] = value
+        return [instance.__dict__[name] for instance in instances]
+
+
+def construct(cls: type[T], values: dict[str, Any]) -> T:
+    """An instance of ``cls``, an immutable (frozen) dataclass whose fields all live in
+    its instance ``__dict__``, that takes ``values`` (fields and cached values) as that
+    ``__dict__`` (so the caller hands the dict over, and never changes it after), made
+    without ``__init__`` (which sets each field through ``object.__setattr__``): nothing
+    checks ``values`` or fills in defaults, so the caller gives every field."""
+    obj: T = object.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    return obj
 
 
 def copy_with(obj: T, changes: Mapping[str, Any], *, stale: Iterable[str]) -> T:

@@ -15,6 +15,14 @@ import structlog
 SECRET_WORDS = ("token", "secret", "password", "authorization", "api_key")
 
 
+def writes_info(logger: Any) -> bool:
+    """Whether a structlog ``logger`` writes INFO events now: ``False`` only when it says
+    so (``is_enabled_for``, as a filtering logger set above INFO does), so that an event
+    per item of a batch is not even put together when nothing would write it."""
+    enabled = getattr(logger, "is_enabled_for", None)
+    return True if enabled is None else bool(enabled(logging.INFO))
+
+
 def redact(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key in list(event):
         if any(word in key.lower() for word in SECRET_WORDS):

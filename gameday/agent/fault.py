@@ -5,7 +5,10 @@ its compact JSON text (:attr:`Fault.encoded`) is made at most once per fault, an
 agent's state file and its answers are put together from these texts instead of
 encoding the same dicts again. The part that never changes over a fault's life (``id``
 to ``injected_at``) and its ``details`` are encoded once for the fault and shared with
-its copies (:meth:`Fault.as_applied`, :meth:`Fault.as_reverted`).
+its copies (:meth:`Fault.as_applied`, :meth:`Fault.as_reverted`; the latter shares its
+lease times too). The faults of a batch are made together (:func:`new_faults`,
+:func:`plain_details`): their unchanging parts and their details take one encoder call
+each for the batch, not one per fault.
 
 The text is what ``json.dumps(fault.to_json(), separators=(",", ":"))`` writes, byte
 for byte (``NaN``/``Infinity`` too, which :func:`strict_json` refuses for answers), but
@@ -15,25 +18,31 @@ the object the last, and both read back the same.
 
 import functools
 import json
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from gameday.agent.backend import FaultRequest
 from gameday.agent.protocol import REVERT_REASONS, RevertReason
-from gameday.cachedattr import cached_attribute, copy_with
+from gameday.cachedattr import cached_attribute, construct, copy_with
 from gameday.errors import AgentError
+from gameday.jsontext import encode_objects, scalar_json
 
-__all__ = ["Details", "Fault", "decode_details", "encode_details", "new_fault_ids",
-           "strict_json"]
+__all__ = ["Details", "Fault", "KeptDetails", "decode_details", "encode_details",
+           "keep_details", "new_fault_ids", "new_faults", "plain_details", "strict_json"]
 
 #: Compact, like the state file; stateless, so shared by threads.
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 #: A backend's details: anything it returns that JSON cannot hold becomes a string.
 _DETAILS_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), default=str)
 _REASONS_JSON: Final = {reason: _ENCODER.encode(reason) for reason in REVERT_REASONS}
+#: The types of values (but integers) that JSON gives back as they were (``bool`` too:
+#: by type, not ``isinstance``, so no subclass passes).
+_PLAIN_TYPES: Final = frozenset({str, float, bool, type(None)})
+#: Integers within this bound, as any machine integer: far from the digits an integer
+#: may have to be written at all (``sys.get_int_max_str_digits``).
+_LONG: Final = 1 << 64
 
 
 class Details(NamedTuple):
@@ -79,19 +88,19 @@ class Fault:
         """The fault once the backend applied it at ``now``: its lease runs from then."""
         return self._copy({"applied_at": now, "expires_at": now + self.lease_s,
                            "details": details.value, "_head_json": self._head_json,
-                           "_details_json": details.encoded})
+                           "_details_json": details.encoded}, stale=("_lease_json",))
 
     def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
         """The fault once reverted at ``now`` for ``reason``."""
         return self._copy({"reverted_at": now, "revert_reason": reason,
-                           "_head_json": self._head_json,
+                           "_head_json": self._head_json, "_lease_json": self._lease_json,
                            "_details_json": self._details_json})
 
-    def _copy(self, changes: dict[str, Any]) -> "Fault":
-        """A copy with ``changes``, keeping the cached values but :attr:`encoded` (the
-        copies above change no field the others are made of); cheap on a batch's hot
-        path, unlike :func:`dataclasses.replace`."""
-        return copy_with(self, changes, stale=("encoded",))
+    def _copy(self, changes: dict[str, Any], stale: tuple[str, ...] = ()) -> "Fault":
+        """A copy with ``changes``, keeping the cached values but :attr:`encoded` and
+        ``stale`` (those made of fields that ``changes`` changes); cheap on a batch's
+        hot path, unlike :func:`dataclasses.replace`."""
+        return copy_with(self, changes, stale=("encoded", *stale))
 
     def to_json(self) -> dict[str, Any]:
         """The fault as the agent API shows it (docs/agent-api.md)."""
@@ -109,8 +118,7 @@ class Fault:
         reverted_at = "null" if self.reverted_at is None else _number(self.reverted_at)
         reason = ("null" if self.revert_reason is None else
                   _REASONS_JSON.get(self.revert_reason) or _ENCODER.encode(self.revert_reason))
-        return (f'{self._head_json},"applied_at":{_number(self.applied_at)},'
-                f'"expires_at":{_number(self.expires_at)},"reverted_at":{reverted_at},'
+        return (f'{self._head_json},{self._lease_json},"reverted_at":{reverted_at},'
                 f'"revert_reason":{reason},"details":{self._details_json}}}')
 
     @cached_attribute
@@ -120,6 +128,14 @@ class Fault:
         return _ENCODER.encode({
             "id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
             "lease_s": self.lease_s, "injected_at": self.injected_at})[:-1]
+
+    @cached_attribute
+    def _lease_json(self) -> str:
+        """``"applied_at":…,"expires_at":…``, shared with a reverted copy."""
+        applied_at, expires_at = self.applied_at, self.expires_at
+        if applied_at and expires_at:  # made once for the times a batch's faults share
+            return _shared_lease_json(applied_at, expires_at)
+        return _shared_lease_json.__wrapped__(applied_at, expires_at)  # 0.0 = -0.0
 
     @cached_attribute
     def _details_json(self) -> str:
@@ -144,6 +160,45 @@ class Fault:
             raise AgentError(f"malformed fault record {dict(data)!r}: {exc}") from None
 
 
+def new_faults(items: Sequence[tuple[FaultRequest, float]], layers: Mapping[str, str],
+               now: float) -> list[Fault]:
+    """The faults of a batch about to be applied, one per ``(request, lease_s)`` of
+    ``items``: a new id each (:func:`new_fault_ids`), copies of the request's target and
+    params, ``injected_at`` from ``layers`` by kind, applied at ``now``.
+
+    As ``Fault(...)`` would make them, but cheaper per fault: the part of their texts
+    that never changes (``id`` to ``injected_at``) is put together from the targets and
+    params, encoded with one encoder call for the batch
+    (:func:`gameday.jsontext.encode_objects`), and the rest, plain values written as the
+    encoder writes them; each fault (and its :attr:`Fault.request`) is made without the
+    frozen dataclass's ``__init__`` (:func:`gameday.cachedattr.construct`). Raises what
+    the encoder raises for a value JSON cannot hold, as :attr:`Fault.encoded` does.
+    """
+    objects: list[dict[str, Any]] = []  # each item's target, then its params
+    for request, _ in items:
+        objects += (dict(request.target), dict(request.params))
+    texts = encode_objects(_ENCODER, objects)
+    words: dict[str, str] = {}  # kinds and layers as JSON strings, each encoded once
+    faults = []
+    for index, (fault_id, (request, lease_s)) in enumerate(
+            zip(new_fault_ids(len(items)), items, strict=True)):
+        kind, layer = request.kind, layers[request.kind]
+        target, params = objects[2 * index], objects[2 * index + 1]
+        for word in (kind, layer):
+            if word not in words:
+                words[word] = _ENCODER.encode(word)
+        head = (f'{{"id":"{fault_id}","kind":{words[kind]},"target":{texts[2 * index]},'
+                f'"params":{texts[2 * index + 1]},"lease_s":{_number(lease_s)},'
+                f'"injected_at":{words[layer]}')  # an id is "f-" and hex: nothing to escape
+        faults.append(construct(Fault, {
+            "id": fault_id, "kind": kind, "target": target, "params": params,
+            "lease_s": lease_s, "injected_at": layer, "applied_at": now,
+            "expires_at": now + lease_s, "reverted_at": None, "revert_reason": None,
+            "details": {}, "_head_json": head, "request": construct(
+                FaultRequest, {"kind": kind, "target": target, "params": params})}))
+    return faults
+
+
 def new_fault_ids(count: int) -> list[str]:
     """``count`` new fault ids: ``f-`` and a random (version 4) UUID in hex, as
     ``uuid.uuid4().hex`` makes them, from one read of the OS's randomness for them all
@@ -156,30 +211,74 @@ def new_fault_ids(count: int) -> list[str]:
     return [f"f-{text[start:start + 32]}" for start in range(0, len(text), 32)]
 
 
+@functools.lru_cache(maxsize=256, typed=True)  # typed: 1 and 1.0 are written apart
+def _shared_lease_json(applied_at: float, expires_at: float) -> str:
+    """``"applied_at":…,"expires_at":…`` as the JSON encoder writes them; cached for
+    the times that a batch's faults share, but never for a zero time (``0.0`` and
+    ``-0.0`` are equal, so they would share the text of the first)."""
+    return f'"applied_at":{_number(applied_at)},"expires_at":{_number(expires_at)}'
+
+
 def _number(value: float) -> str:
-    """A number as the JSON encoder writes it (a finite float: its ``repr``)."""
-    if type(value) is float and math.isfinite(value) and value:  # not 0.0 = -0.0 either
-        return _float_json(value)
-    return _ENCODER.encode(value)
-
-
-@functools.lru_cache(maxsize=256)  # the faults of a batch share their times
-def _float_json(value: float) -> str:
-    return float.__repr__(value)
+    """A number as the JSON encoder writes it (a finite float or an integer: its
+    ``repr``)."""
+    return scalar_json(value) or _ENCODER.encode(value)
 
 
 def strict_json(text: str) -> bool:
     """Whether JSON text made of fault texts holds no ``NaN``/``Infinity`` (which answers
     must refuse, as ``json.dumps(..., allow_nan=False)`` does); may say ``False`` for a
     string that merely contains the word, so a caller that gets ``False`` encodes the
-    objects instead, strictly."""
-    return "NaN" not in text and "Infinity" not in text
+    objects instead, strictly. Each word is looked for only where its capital letter is
+    in the text (found with ``memchr``, many times faster than a word; a fault's text
+    seldom has an ``N`` or an ``I``)."""
+    return (("N" not in text or "NaN" not in text)
+            and ("I" not in text or "Infinity" not in text))
 
 
 def encode_details(details: object) -> str:
     """A backend's details as JSON text (anything unserialisable becomes a string);
     raises what the encoder raises (a circular reference, a key that is not a string)."""
     return _DETAILS_ENCODER.encode(details) if details else "null"
+
+
+#: A backend's details as :func:`keep_details` keeps them: a copy, or JSON text.
+KeptDetails = dict[str, Any] | str
+
+
+def keep_details(details: object) -> KeptDetails:
+    """What to keep of a backend's details as it returns them, to make them plain JSON
+    later with the rest of its batch (:func:`plain_details`): a copy of a flat object
+    of plain values (string keys; strings, numbers, booleans, nulls), which is JSON as
+    it is and encodes without fail, else their text (:func:`encode_details`, which
+    raises what it raises: so a backend's details that cannot be encoded fail its item,
+    as they always did)."""
+    if type(details) is dict:
+        for key, value in details.items():  # a plain loop: cheaper than all(...)
+            if type(key) is not str:
+                break
+            if type(value) is int:
+                if not -_LONG < value < _LONG:
+                    break
+            elif type(value) not in _PLAIN_TYPES:
+                break
+        else:
+            return dict(details)
+    return encode_details(details)
+
+
+def plain_details(kept: list[KeptDetails]) -> list[Details]:
+    """Details kept by :func:`keep_details` as plain JSON, each a JSON object with its
+    text, as :func:`decode_details` makes them: the flat objects are encoded with one
+    encoder call (:func:`gameday.jsontext.encode_objects`), the texts decoded in one."""
+    objects = [value for value in kept if not isinstance(value, str)]
+    texts = encode_objects(_DETAILS_ENCODER, objects)
+    if len(objects) == len(kept):
+        return [Details(value, text) for value, text in zip(objects, texts, strict=True)]
+    decoded = iter(decode_details([value for value in kept if isinstance(value, str)]))
+    encoded = iter(texts)
+    return [next(decoded) if isinstance(value, str) else Details(value, next(encoded))
+            for value in kept]
 
 
 def decode_details(encoded: list[str]) -> list[Details]:

@@ -13,7 +13,10 @@ a crash at any point leaves nothing applied that the next start does not revert.
 
 A :class:`Fault` (:mod:`gameday.agent.fault`, re-exported here) is immutable and makes
 its JSON text once; the state file is put together from these texts. A batch reads
-its fault ids from the OS's randomness once, and counts its metrics once per kind.
+its fault ids from the OS's randomness once, encodes its faults' texts and details
+with one encoder call each, checks its conflicts with a dict lookup per fault
+(:class:`gameday.agent.conflicts.TargetIndex`), counts its metrics once per kind, and
+builds no log event per fault that the logger would not write.
 """
 
 import dataclasses
@@ -28,12 +31,21 @@ from typing import Final, Literal
 import structlog
 
 from gameday.agent.backend import Backend, FaultRequest, backend_batch
-from gameday.agent.fault import Fault, decode_details, encode_details, new_fault_ids
+from gameday.agent.conflicts import TargetIndex, first_holder
+from gameday.agent.fault import (
+    Fault,
+    KeptDetails,
+    keep_details,
+    new_fault_ids,
+    new_faults,
+    plain_details,
+)
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import RevertReason, check_lease
 from gameday.agent.state import StateFile, with_state
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
+from gameday.logs import writes_info
 
 __all__ = [
     "AgentClosing",
@@ -184,11 +196,11 @@ class FaultRegistry:
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
-            for other in self._live.values():
-                if other.fault.kind == request.kind and other.fault.target == target:
-                    raise FaultConflict(
-                        f"{request.kind} is already active on target {_compact(target)} "
-                        f"as {other.fault.id}; revert it first", existing=other.fault)
+            other = first_holder((e.fault for e in self._live.values()), request.kind, target)
+            if other is not None:
+                raise FaultConflict(
+                    f"{request.kind} is already active on target {_compact(target)} "
+                    f"as {other.id}; revert it first", existing=other)
             now = self._clock.now()
             fault = Fault(id=new_fault_ids(1)[0], kind=request.kind, target=target,
                           params=dict(request.params), lease_s=lease_s,
@@ -208,7 +220,7 @@ class FaultRegistry:
             raise
         with self._cond:
             now = self._clock.now()
-            [plain] = decode_details([encode_details(details)])
+            [plain] = plain_details([keep_details(details)])
             entry.fault = fault.as_applied(now, plain)
             entry.state = "active"
             self._save(strict=False)
@@ -237,42 +249,28 @@ class FaultRegistry:
         checked: list[tuple[FaultRequest, float]] = []
         for index, (request, lease_s) in enumerate(items):
             try:
-                lease_s = check_lease(lease_s)
+                checked.append((request, check_lease(lease_s)))
                 if request.kind not in kinds:
                     raise InvalidInput(
                         f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
                         f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
             except InvalidInput as exc:
                 raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
-            checked.append((FaultRequest(kind=request.kind, target=dict(request.target),
-                                         params=dict(request.params)), lease_s))
-        fault_ids = new_fault_ids(len(checked))
+        faults = new_faults(checked, kinds, self._clock.now())
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
-            taken: dict[str, list[Fault]] = {}
-            for other in self._live.values():
-                taken.setdefault(other.fault.kind, []).append(other.fault)
-            now = self._clock.now()
-            entries: list[_Entry] = []
-            for index, ((request, lease_s), fault_id) in enumerate(
-                    zip(checked, fault_ids, strict=True)):
-                same = next((f for f in taken.get(request.kind, ())
-                             if f.target == request.target), None)
+            holders = TargetIndex(e.fault for e in self._live.values())
+            for index, fault in enumerate(faults):
+                same = holders.add(fault)
                 if same is not None:
-                    where = "an earlier item" if any(e.fault is same for e in entries) else ""
+                    earlier = any(f is same for f in faults[:index])
+                    where = "an earlier item" if earlier else same.id
                     conflict = FaultConflict(
-                        f"{request.kind} is already active on target "
-                        f"{_compact(request.target)} as {where or same.id}; revert it first",
-                        existing=same)
+                        f"{fault.kind} is already active on target {_compact(fault.target)} "
+                        f"as {where}; revert it first", existing=same)
                     raise BatchRejected(index, conflict, rolled_back=[], revert_failed=[])
-                fault = Fault(id=fault_id, kind=request.kind,
-                              target=dict(request.target), params=dict(request.params),
-                              lease_s=lease_s,
-                              injected_at=kinds[request.kind], applied_at=now,
-                              expires_at=now + lease_s)
-                entries.append(_Entry(fault=fault, state="applying"))
-                taken.setdefault(request.kind, []).append(fault)
+            entries = [_Entry(fault, "applying") for fault in faults]
             for entry in entries:
                 self._live[entry.fault.id] = entry
             try:
@@ -281,18 +279,18 @@ class FaultRegistry:
                 for entry in entries:
                     del self._live[entry.fault.id]
                 raise
-        encoded: list[str] = []  # each item's details, decoded once for the batch
+        kept: list[KeptDetails] = []  # each item's details, made plain once for the batch
         with backend_batch(self.backend):  # the backend may publish once for the batch
             for index, entry in enumerate(entries):
                 try:
-                    encoded.append(encode_details(self.backend.apply(entry.fault.id,
-                                                                     entry.fault.request)))
+                    kept.append(keep_details(self.backend.apply(entry.fault.id,
+                                                                entry.fault.request)))
                 except BaseException as exc:
                     rejected = self._undo_batch(entries, index, exc)
                     if isinstance(exc, Exception):
                         raise rejected from exc
                     raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
-        details = decode_details(encoded)
+        details = plain_details(kept)
         with self._cond:
             now = self._clock.now()
             for entry, detail in zip(entries, details, strict=True):
@@ -304,7 +302,7 @@ class FaultRegistry:
         applied = [entry.fault for entry in entries]
         for kind, count in Counter(fault.kind for fault in applied).items():
             self.metrics.applied(kind, count)  # once per kind: not per fault
-        for fault in applied:
+        for fault in applied if writes_info(self._log) else ():
             self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
                            target=fault.target, lease_s=fault.lease_s,
                            injected_at=fault.injected_at, expires_at=fault.expires_at)
@@ -499,6 +497,9 @@ class FaultRegistry:
     def _settled(self, fault_id: str) -> _Entry | None:
         """Under the lock: the live, active entry for ``fault_id`` once no apply or revert
         is in flight for it, or ``None`` if it is reverted (then it is in the history)."""
+        entry = self._live.get(fault_id)
+        if entry is not None and entry.state == "active":
+            return entry  # the common case, without reading the clock
         deadline = time.monotonic() + self._settle_timeout_s
         while True:
             entry = self._live.get(fault_id)
@@ -563,7 +564,7 @@ class FaultRegistry:
         for (kind, reason), count in Counter(
                 (fault.kind, fault.revert_reason or "requested") for fault in done).items():
             self.metrics.reverted(kind, reason, count)  # once per kind and reason
-        for result in done:
+        for result in done if writes_info(self._log) else ():
             self._log.info("fault.reverted", fault_id=result.id, kind=result.kind,
                            target=result.target, reason=result.revert_reason,
                            held_s=round((result.reverted_at or 0.0) - result.applied_at, 3))

@@ -25,10 +25,16 @@ STATE_VERSION: Final = 1
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))  # compact: the C encoder
 
 
+#: The text added for each state an entry can be in (any other is encoded).
+_STATE_TAILS: Final = {state: f',"state":{_ENCODER.encode(state)}}}'
+                       for state in ("applying", "active", "reverting")}
+
+
 def with_state(fault_json: str, state: str) -> str:
     """A fault's JSON object (text, with at least one key) with ``"state": state`` added
     as its last key."""
-    return f'{fault_json[:-1]},"state":{_ENCODER.encode(state)}}}'
+    tail = _STATE_TAILS.get(state) or f',"state":{_ENCODER.encode(state)}}}'
+    return f"{fault_json[:-1]}{tail}"
 
 
 class StateFile:

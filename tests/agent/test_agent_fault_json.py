@@ -18,7 +18,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gameday.agent.backend import FaultRequest
-from gameday.agent.fault import Fault, decode_details, encode_details, new_fault_ids
+from gameday.agent.fault import (
+    Fault,
+    decode_details,
+    encode_details,
+    keep_details,
+    new_fault_ids,
+    new_faults,
+    plain_details,
+    strict_json,
+)
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import _fault_reply, _faults_reply
@@ -56,6 +65,54 @@ def test_the_text_is_what_the_encoder_writes_for_every_copy(
     renewed = dataclasses.replace(active, lease_s=lease + 1, expires_at=applied + lease + 1)
     assert renewed.encoded == compact(renewed.to_json())  # nothing stale carried over
     assert Fault.from_json(json.loads(done.encoded)) == done
+
+
+@given(items=st.lists(st.tuples(st.sampled_from([KIND, 'k"\u00e9']), objects, objects,
+                               st.sampled_from([1, 30, 2.5, 3600, 1e-3])), max_size=5),
+       applied=times)
+def test_a_batchs_new_faults_are_as_their_init_makes_them(
+        items: list[tuple[str, dict[str, Any], dict[str, Any], float]], applied: float
+        ) -> None:
+    requests = [(FaultRequest(kind, target, params), lease)
+                for kind, target, params, lease in items]
+    layers = {KIND: "process", 'k"\u00e9': "v\u00e9"}
+    made = new_faults(requests, layers, applied)
+    for fault, (request, lease) in zip(made, requests, strict=True):
+        assert fault == Fault(id=fault.id, kind=request.kind, target=dict(request.target),
+                              params=dict(request.params), lease_s=lease,
+                              injected_at=layers[request.kind], applied_at=applied,
+                              expires_at=applied + lease)
+        assert fault.target is not request.target  # a copy: the caller may change its own
+        assert fault.request == request and fault.encoded == compact(fault.to_json())
+    assert len({fault.id for fault in made}) == len(made)
+
+
+@given(st.lists(objects | plain, max_size=5))
+def test_details_kept_as_they_come_read_as_their_round_trip_through_json(
+        details: list[Any]) -> None:
+    kept = [keep_details(value) for value in details]
+    assert plain_details(kept) == decode_details([encode_details(v) for v in details])
+
+
+def test_details_are_kept_as_they_were_when_the_backend_gave_them() -> None:
+    flat: dict[str, Any] = {"gpu": 1}
+    nested: dict[str, Any] = {"gpu": [1]}
+    kept = [keep_details(flat), keep_details(nested)]
+    flat["gpu"] = 2
+    nested["gpu"].append(2)  # a backend that changes what it returned, later
+    assert [d.value for d in plain_details(kept)] == [{"gpu": 1}, {"gpu": [1]}]
+
+
+def test_details_that_cannot_be_written_fail_as_the_backend_returns_them() -> None:
+    with pytest.raises(ValueError, match="digits"):  # in the batch's loop: its item fails
+        keep_details({"count": 10**5000})
+    assert keep_details({"count": 1 << 70}) == '{"count":1180591620717411303424}'
+
+
+def test_words_are_looked_for_only_where_their_capital_letter_is() -> None:
+    assert strict_json('{"name":"NVIDIA","note":"Infinite"}')
+    assert not strict_json('{"x":NaN}') and not strict_json('{"x":-Infinity}')
+    assert not strict_json('{"note":"NaN"}')  # may say False: the caller encodes again
 
 
 def test_odd_details_are_plain_json_in_the_object_and_the_text() -> None:

@@ -2,8 +2,8 @@
 
 A :class:`VirtualFault` turns a request (target, params) into a :class:`GpuChange`, or
 raises :class:`gameday.errors.FaultRejected` with a one-line reason naming the
-parameter. The change maps a GPU's state to its faulty state; the backend records the
-fields it changed, and reverting restores them.
+parameter. The change names the fields of a GPU's state that the fault sets, and their
+values; the backend records the values they had, and reverting restores them.
 """
 
 from collections.abc import Collection, Mapping, Sequence
@@ -32,8 +32,10 @@ class GpuChange(Protocol):
     @property
     def gpu(self) -> int: ...
 
-    def apply(self, state: GpuState) -> GpuState:
-        """The GPU's state with the fault applied."""
+    def changes(self, state: GpuState) -> dict[str, Any]:
+        """The fields of the GPU's ``state`` that the fault sets, with their values (so
+        the backend copies the state with them, :meth:`GpuState.with_values`, and knows
+        which to restore without comparing every field)."""
         ...
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
@@ -58,11 +60,15 @@ class VirtualFault(Protocol):
 
 
 def check_known(kind: str, what: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
-    """Refuse a key of ``given`` that is not in ``allowed``."""
-    unknown = sorted(set(given) - set(allowed))
-    if unknown:
-        raise FaultRejected(f"{kind}: unknown {what} {unknown[0]!r}; "
-                            f"expected {', '.join(allowed) or 'none'}")
+    """Refuse a key of ``given`` that is not in ``allowed`` (the first by sort order)."""
+    for key in given:  # a plain loop: a valid request makes no set, nor a generator
+        if key not in allowed:
+            break
+    else:
+        return
+    unknown = min(key for key in given if key not in allowed)
+    raise FaultRejected(f"{kind}: unknown {what} {unknown!r}; "
+                        f"expected {', '.join(allowed) or 'none'}")
 
 
 def target_gpu(kind: str, target: Mapping[str, Any], gpus: Sequence[GpuState]) -> int:

@@ -10,7 +10,7 @@ Reverting brings it back (as after a node reboot or a bus reset).
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gameday.lab.gpustate import GpuState
@@ -25,8 +25,8 @@ XID_FALLEN_OFF_BUS: Final = 79
 class FallOffBusChange:
     gpu: int
 
-    def apply(self, state: GpuState) -> GpuState:
-        return replace(state, present=False, last_xid=XID_FALLEN_OFF_BUS)
+    def changes(self, state: GpuState) -> dict[str, Any]:
+        return {"last_xid": XID_FALLEN_OFF_BUS, "present": False}
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         return {"xid": XID_FALLEN_OFF_BUS, "present": applied.present}

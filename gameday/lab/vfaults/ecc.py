@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gameday.cachedattr import construct
 from gameday.errors import FaultRejected
 from gameday.lab.gpustate import GpuState
 from gameday.lab.vfaults.base import (
@@ -41,7 +42,7 @@ class EccChange:
     xid: int | None
     corrupt_weights: bool
 
-    def apply(self, state: GpuState) -> GpuState:
+    def changes(self, state: GpuState) -> dict[str, Any]:
         changes: dict[str, Any] = {}
         if self.count and self.ecc_kind == "single_bit":
             changes["ecc_sbe_total"] = state.ecc_sbe_total + self.count
@@ -51,7 +52,7 @@ class EccChange:
             changes["last_xid"] = self.xid
         if self.corrupt_weights:
             changes["weights_corrupted"] = True
-        return state.with_values(changes)
+        return changes
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         return {"ecc_kind": self.ecc_kind, "count": self.count, "xid": self.xid,
@@ -76,4 +77,6 @@ class EccFault:
         if count == 0 and xid is None and not corrupt:
             raise FaultRejected(f"{self.kind}: parameter 'count' may be 0 only with 'xid' or "
                                 "'corrupt_weights' (it would change nothing)")
-        return EccChange(gpu, ecc_kind, count, xid, corrupt)
+        # made without the frozen dataclass's __init__: once per fault of a batch
+        return construct(EccChange, {"gpu": gpu, "ecc_kind": ecc_kind, "count": count,
+                                     "xid": xid, "corrupt_weights": corrupt})

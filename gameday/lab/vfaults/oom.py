@@ -12,7 +12,7 @@ freed. Reverting frees the allocation.
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gameday.errors import FaultRejected
@@ -30,8 +30,8 @@ class OomChange:
     gpu: int
     mib: int
 
-    def apply(self, state: GpuState) -> GpuState:
-        return replace(state, memory_used_mib=state.memory_used_mib + self.mib)
+    def changes(self, state: GpuState) -> dict[str, Any]:
+        return {"memory_used_mib": state.memory_used_mib + self.mib}
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         return {"held_mib": self.mib, "memory_used_mib": applied.memory_used_mib,

@@ -11,7 +11,7 @@ Applying raises ``DCGM_FI_DEV_GPU_TEMP``, lowers ``DCGM_FI_DEV_SM_CLOCK`` and se
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gameday.lab.gpustate import (
@@ -46,10 +46,10 @@ class ThermalChange:
     clock_ratio: float
     reasons: int
 
-    def apply(self, state: GpuState) -> GpuState:
-        return replace(state, temperature_c=self.temperature_c,
-                       sm_clock_mhz=max(1, round(SM_CLOCK_MHZ * self.clock_ratio)),
-                       clock_event_reasons=state.clock_event_reasons | self.reasons)
+    def changes(self, state: GpuState) -> dict[str, Any]:
+        return {"temperature_c": self.temperature_c,
+                "sm_clock_mhz": max(1, round(SM_CLOCK_MHZ * self.clock_ratio)),
+                "clock_event_reasons": state.clock_event_reasons | self.reasons}
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         return {"temperature_c": applied.temperature_c, "sm_clock_mhz": applied.sm_clock_mhz,

@@ -9,7 +9,7 @@ the bus (:mod:`gameday.lab.shard`), the controller's ``GpuCriticalXid`` alert fi
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gameday.errors import FaultRejected
@@ -26,8 +26,8 @@ class XidChange:
     gpu: int
     xid: int
 
-    def apply(self, state: GpuState) -> GpuState:
-        return replace(state, last_xid=self.xid)
+    def changes(self, state: GpuState) -> dict[str, Any]:
+        return {"last_xid": self.xid}
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         return {"xid": self.xid}

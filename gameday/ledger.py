@@ -216,7 +216,8 @@ class Ledger:
             return list(self._entries.values())
 
     def active(self) -> list[FaultEntry]:
-        return [entry for entry in self.entries() if entry.active]
+        with self._lock:
+            return [entry for entry in self._entries.values() if entry.reverted_at is None]
 
     def __iter__(self) -> Iterator[FaultEntry]:
         return iter(self.entries())

@@ -18,6 +18,7 @@ An agent that does not answer is left out of the fleet and named in
 
 import base64
 import binascii
+import functools
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 from gameday.agent.client import AgentClient
 from gameday.errors import AgentError, TargetUnavailable
 from gameday.k8s.config import DEFAULT_AGENT_PORT, KubeSettings
+from gameday.targets import GpuRef
 
 __all__ = ["GPU_INDEX_LABEL", "GPU_UUID_LABEL", "SHARD_LABEL", "AgentPod", "Fleet", "FleetGpu",
            "ShardPlacement", "agent_token", "discover"]
@@ -72,6 +74,12 @@ class FleetGpu:
     nvlink_domain: str
     node_labels: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     shards: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def ref(self) -> GpuRef:
+        """This GPU as a target names it (made once, and shared: it is immutable)."""
+        return GpuRef(node=self.node, index=self.index, uuid=self.uuid,
+                      nvlink_domain=self.nvlink_domain)
 
 
 @dataclass

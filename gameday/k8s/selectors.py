@@ -88,7 +88,7 @@ def select_gpus(gpus: Sequence[FleetGpu], selector: Mapping[str, Any], *,
     tests = _filters(selector, where)
     matches = sorted((g for g in gpus if all(test(g) for test in tests)),
                      key=lambda g: (g.node, g.index))
-    if percent is not None and matches:
+    if percent is not None and matches and percent < 100:  # (100: every one, in order)
         count = max(1, math.ceil(len(matches) * percent / 100))
         seed = selector.get("seed", 0)
         picked = random.Random(str(seed)).sample(range(len(matches)), count)

@@ -78,15 +78,12 @@ class KubernetesTarget(Target):
 
     def gpus(self) -> list[GpuRef]:
         """Every GPU discovery found (inventories are read once, at discovery)."""
-        return [GpuRef(node=g.node, index=g.index, uuid=g.uuid, nvlink_domain=g.nvlink_domain)
-                for g in self.require_fleet().gpus]
+        return [gpu.ref for gpu in self.require_fleet().gpus]
 
     def resolve_gpus(self, selector: Mapping[str, Any], *, where: str = "gpu") -> list[GpuRef]:
         """The selectors of :mod:`gameday.k8s.selectors` (node labels, UUID, index,
         NVLink domain, shard, percent of the fleet)."""
-        chosen = select_gpus(self.require_fleet().gpus, selector, where=where)
-        return [GpuRef(node=g.node, index=g.index, uuid=g.uuid, nvlink_domain=g.nvlink_domain)
-                for g in chosen]
+        return [gpu.ref for gpu in select_gpus(self.require_fleet().gpus, selector, where=where)]
 
     def resolve_nodes(self, selector: Mapping[str, Any], *, count: int = 1,
                       where: str = "node") -> list[str]:

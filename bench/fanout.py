@@ -6,7 +6,10 @@ in this process) lists 128 GPU nodes and their agent pods; the 128 agents are RE
 HTTP servers with the lab's virtual-GPU backend (8 GPUs each), run as SUBPROCESSES:
 ``--racks`` processes (default 8) of 16 in-process ``AgentServer``s each, so that the
 agents' CPU is not the orchestrator's and 128 interpreters are not started on a shared
-machine; they log at WARNING. Agents save their state with fsync, as real agents do, by
+machine; they log at WARNING. The agents are dealt out to the racks (node ``i`` in rack
+``i % 8``): the agents of one rack share one interpreter lock, which no two agents of a
+real fleet do, so neighbouring nodes (which a fan-out sends to one after the other) are
+not put behind the same lock. Agents save their state with fsync, as real agents do, by
 default in /dev/shm: each stands for a separate machine with its own disk, and 128 of
 them fsyncing on this machine's one (shared) disk would measure that disk, not the
 fan-out (``--agent-state DIR`` puts them on a disk). The orchestrator discovers the fleet
@@ -63,13 +66,14 @@ NAMESPACE = "gameday-system"
 ECC = {"kind": "single_bit", "count": 1}
 
 
-def rack(first: int, count: int, gpus: int, state: Path) -> None:
-    """A subprocess holding ``count`` agents; prints their URLs, serves until SIGTERM."""
+def rack(first: int, step: int, agents: int, gpus: int, *, state: Path) -> None:
+    """A subprocess holding agents ``first``, ``first + step``, ... (of ``agents``); prints
+    their URLs, serves until SIGTERM."""
     from gameday.agent.server import AgentServer
     from gameday.lab.devices import VirtualGpuBackend
 
     servers = []
-    for number in range(first, first + count):
+    for number in range(first, agents, step):
         node = f"gpu-node-{number:03d}"
         servers.append(AgentServer(VirtualGpuBackend(node, state / "gpus" / node, gpus=gpus),
                                    token=TOKEN, state_path=state / "agents" / node / "agent.json",
@@ -100,13 +104,12 @@ def cpu_seconds(processes: list[subprocess.Popen[str]]) -> float:
 
 def start_racks(args: argparse.Namespace, state: Path) -> tuple[list[subprocess.Popen[str]],
                                                                 list[dict[str, str]]]:
-    per_rack = -(-args.agents // args.racks)
+    racks = min(args.racks, args.agents)
     processes, agents = [], []
-    for first in range(0, args.agents, per_rack):
-        count = min(per_rack, args.agents - first)
+    for first in range(racks):  # agents dealt out: node i in rack i % racks
         processes.append(subprocess.Popen(
-            [sys.executable, __file__, "--rack", str(first), str(count), str(args.gpus),
-             str(state)], stdout=subprocess.PIPE, text=True, cwd=REPO))
+            [sys.executable, __file__, "--rack", str(first), str(racks), str(args.agents),
+             str(args.gpus), str(state)], stdout=subprocess.PIPE, text=True, cwd=REPO))
     for process in processes:
         assert process.stdout is not None
         agents += json.loads(process.stdout.readline())
@@ -126,10 +129,11 @@ def main() -> None:
                         help="fan-outs, each followed by 1/ROUNDS of the one-by-one GPUs")
     parser.add_argument("--skip-sequential", action="store_true",
                         help="time the fan-out only (for profiling)")
-    parser.add_argument("--rack", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--rack", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rack:
-        rack(int(args.rack[0]), int(args.rack[1]), int(args.rack[2]), Path(args.rack[3]))
+        numbers = [int(value) for value in args.rack[:4]]  # first, step, agents, GPUs
+        rack(*numbers, state=Path(args.rack[4]))
         return
 
     from chaoslib.activity import run_activity

@@ -24,9 +24,10 @@ import json
 import pathlib
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import structlog
 
@@ -64,6 +65,7 @@ REVERT_RETRY_S: Final = 1.0
 _log = structlog.get_logger("gameday.agent")
 
 _EntryState = Literal["applying", "active", "reverting"]
+_K = TypeVar("_K")
 
 
 class UnknownFault(GamedayError):
@@ -245,7 +247,7 @@ class FaultRegistry:
         reverted and :class:`BatchRejected` names it; :class:`AgentClosing` if the agent
         is shutting down (nothing applied).
         """
-        kinds = self.kinds()
+        kinds = self.backend.kinds()  # only read here: no copy
         checked: list[tuple[FaultRequest, float]] = []
         for index, (request, lease_s) in enumerate(items):
             try:
@@ -300,7 +302,7 @@ class FaultRegistry:
             self._cond.notify_all()
             closing = self._closed
         applied = [entry.fault for entry in entries]
-        for kind, count in Counter(fault.kind for fault in applied).items():
+        for kind, count in _counts(fault.kind for fault in applied).items():
             self.metrics.applied(kind, count)  # once per kind: not per fault
         for fault in applied if writes_info(self._log) else ():
             self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
@@ -461,10 +463,16 @@ class FaultRegistry:
             done += self._finish_all([(e, reason) for e in claimed])
 
     def close(self, reason: RevertReason = "agent-shutdown") -> list[Fault]:
-        """Refuse new faults from now on and revert every active one."""
+        """Refuse new faults from now on, revert every active one, and close the state
+        file's directory, kept open between saves (a save after this opens it again;
+        it is closed when the registry is collected)."""
         with self._cond:
             self._closed = True
-        return self.revert_all(reason)
+        try:
+            return self.revert_all(reason)
+        finally:
+            with self._cond:
+                self._state.close()
 
     # -- internals -------------------------------------------------------------------
 
@@ -561,7 +569,7 @@ class FaultRegistry:
                 self._save(strict=False)
             self._cond.notify_all()
         done = [result for result in results if isinstance(result, Fault)]
-        for (kind, reason), count in Counter(
+        for (kind, reason), count in _counts(
                 (fault.kind, fault.revert_reason or "requested") for fault in done).items():
             self.metrics.reverted(kind, reason, count)  # once per kind and reason
         for result in done if writes_info(self._log) else ():
@@ -645,6 +653,15 @@ class FaultRegistry:
             if strict:
                 raise AgentError(f"{self._state.path}: cannot save agent state "
                                  f"({_one_line(exc)})") from exc
+
+
+def _counts(keys: Iterable[_K]) -> dict[_K, int]:
+    """How many times each key is in ``keys``, in the order first seen (as
+    :class:`collections.Counter` counts, without its cost for a batch of one)."""
+    counts: dict[_K, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _distinct(fault_ids: list[str]) -> None:

@@ -3,7 +3,8 @@
 A crash (even ``kill -9``) leaves either the old or the new file, never a torn one:
 the content goes to a temporary file in the same directory, is fsynced, then renamed
 over the old file with :func:`os.replace`, and the directory is fsynced
-(:func:`gameday.atomic.replace_file`).
+(:func:`gameday.atomic.replace_file`; the directory is kept open between saves, until
+:meth:`StateFile.close`).
 
 Each fault is saved as its JSON object (:attr:`gameday.agent.fault.Fault.encoded`) with
 the ``state`` of its entry (``applying``, ``active``, ``reverting``) added at the end
@@ -13,10 +14,12 @@ the ``state`` of its entry (``applying``, ``active``, ``reverting``) added at th
 import json
 import pathlib
 from collections.abc import Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
-from gameday.atomic import replace_file
+from gameday.atomic import DirectorySync, replace_file
 from gameday.errors import AgentError
+from gameday.jsontext import scalar_json
 
 __all__ = ["STATE_VERSION", "StateFile", "with_state"]
 
@@ -38,10 +41,14 @@ def with_state(fault_json: str, state: str) -> str:
 
 
 class StateFile:
-    """The JSON file at ``path`` holding the agent's live faults (as fault dicts)."""
+    """The JSON file at ``path`` holding the agent's live faults (as fault dicts).
+
+    Its user serialises :meth:`save` and :meth:`close` (the registry's lock)."""
 
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
+        self._directory = DirectorySync(path.parent)
+        self._head: tuple[str, str] | None = None  # a node, and how its saves start
 
     def load(self) -> list[dict[str, Any]]:
         """The faults saved in the file; ``[]`` if there is no file.
@@ -68,7 +75,16 @@ class StateFile:
 
     def save(self, faults: Sequence[str], *, node: str, saved_at: float) -> None:
         """Replace the file's content atomically with ``faults``, each a JSON object as
-        text (:func:`with_state`)."""
-        payload = (f'{{"version":{STATE_VERSION},"node":{_ENCODER.encode(node)},'
-                   f'"saved_at":{_ENCODER.encode(saved_at)},"faults":[{",".join(faults)}]}}')
-        replace_file(self.path, payload.encode("utf-8"), mode=0o600, durable=True)
+        text (:func:`with_state`). The text up to ``saved_at`` is made once per node."""
+        if self._head is None or self._head[0] != node:
+            self._head = (node, f'{{"version":{STATE_VERSION},'
+                                f'"node":{encode_basestring_ascii(node)},"saved_at":')
+        saved = scalar_json(saved_at) or _ENCODER.encode(saved_at)
+        payload = f'{self._head[1]}{saved},"faults":[{",".join(faults)}]}}'
+        replace_file(self.path, payload.encode("utf-8"), mode=0o600, durable=True,
+                     directory=self._directory)
+
+    def close(self) -> None:
+        """Close the state file's directory, kept open between saves (a later save
+        opens it again)."""
+        self._directory.close()

@@ -41,16 +41,16 @@ def encode_objects(encoder: json.JSONEncoder, objects: Sequence[dict[str, Any]])
 def scalar_json(value: object) -> str | None:
     """``value`` as the JSON encoder writes it, if it is ``None``, a boolean, an integer
     or a finite float (by type: no subclass); ``None`` for anything else."""
+    if type(value) is float:  # by how often each comes: times first
+        return float.__repr__(value) if math.isfinite(value) else None
+    if type(value) is int:
+        return int.__repr__(value)
     if value is None:
         return "null"
     if value is True:
         return "true"
     if value is False:
         return "false"
-    if type(value) is int:
-        return int.__repr__(value)
-    if type(value) is float and math.isfinite(value):
-        return float.__repr__(value)
     return None
 
 

@@ -25,6 +25,10 @@ class AgentMetrics:
         self._reverted = Counter("gameday_agent_faults_reverted",
                                  "Faults reverted, by kind and revert reason.",
                                  ["kind", "reason"], registry=self.registry)
+        # each labelled counter as labels() made it, looked up once (labels() takes a
+        # lock and checks its arguments on every call); the counters are never removed
+        self._applied_by_kind: dict[str, Counter] = {}
+        self._reverted_by_label: dict[tuple[str, str], Counter] = {}
 
     def track_active(self, count: Callable[[], int]) -> None:
         """Read the active-fault gauge from ``count`` at each scrape."""
@@ -32,11 +36,17 @@ class AgentMetrics:
 
     def applied(self, kind: str, count: int = 1) -> None:
         """``count`` more faults of ``kind`` applied (a batch counts each kind once)."""
-        self._applied.labels(kind).inc(count)  # positional: cheaper than by keyword
+        child = self._applied_by_kind.get(kind)
+        if child is None:
+            child = self._applied_by_kind[kind] = self._applied.labels(kind)
+        child.inc(count)
 
     def reverted(self, kind: str, reason: str, count: int = 1) -> None:
         """``count`` more faults of ``kind`` reverted for ``reason``."""
-        self._reverted.labels(kind, reason).inc(count)
+        child = self._reverted_by_label.get((kind, reason))
+        if child is None:
+            child = self._reverted_by_label[kind, reason] = self._reverted.labels(kind, reason)
+        child.inc(count)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -17,8 +17,9 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import structlog
@@ -54,6 +55,36 @@ class _Applied(NamedTuple):  # a tuple: made once per fault, cheaper than a data
     states: tuple[GpuState, GpuState] | None = None
 
 
+class _OpenBatch(threading.local):
+    """A thread's open batch: how many are nested, and whether one changed a GPU."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.changed = False
+
+
+class _Batch:
+    """:meth:`VirtualGpuBackend.batch` (a plain context manager: cheaper to enter and
+    leave than a generator's, once per request)."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: "VirtualGpuBackend") -> None:
+        self._backend = backend
+
+    def __enter__(self) -> None:
+        batch = self._backend._batch
+        if batch.depth == 0:
+            batch.changed = False
+        batch.depth += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        batch = self._backend._batch
+        batch.depth -= 1
+        if batch.depth == 0:
+            self._backend._end_batch()
+
+
 class VirtualGpuBackend:
     """Virtual GPUs of one node, and the faults applied to them.
 
@@ -71,9 +102,11 @@ class VirtualGpuBackend:
         self.node = node
         self.state_dir = state_dir
         self._faults = dict(faults if faults is not None else VIRTUAL_FAULTS)
+        self._kinds = MappingProxyType({kind: fault.injected_at  # made once: asked per batch
+                                        for kind, fault in self._faults.items()})
         self._lock = threading.Lock()
         self._log = log.bind()  # a logger as configured now, not a proxy per call
-        self._batch = threading.local()  # this thread's open batch: depth, changed
+        self._batch = _OpenBatch()  # each thread's open batch
         state_dir.mkdir(parents=True, exist_ok=True)
         published = None if fresh else read_node_state(node_state_path(state_dir))
         known = published.gpus if published is not None else {}
@@ -93,7 +126,7 @@ class VirtualGpuBackend:
         return {"node": self.node, "gpus": gpus, "links": [], "mounts": []}
 
     def kinds(self) -> Mapping[str, str]:
-        return {kind: fault.injected_at for kind, fault in self._faults.items()}
+        return self._kinds
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         fault = self._faults.get(request.kind)
@@ -132,23 +165,12 @@ class VirtualGpuBackend:
             self._log.info("fault_reverted", fault_id=fault_id, kind=applied.kind,
                            gpu=current.label, restored=sorted(applied.before))
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> contextlib.AbstractContextManager[None]:
         """Applies and reverts this thread makes inside are published once, when it ends
         (optional batch hook of :class:`gameday.agent.backend.Backend`). Re-entrant;
         publishes even when the batch raises. Other threads' changes are published as
         they happen."""
-        depth = getattr(self._batch, "depth", 0)
-        if depth == 0:
-            self._batch.changed = False
-        self._batch.depth = depth + 1
-        try:
-            yield
-        finally:
-            self._batch.depth = depth
-            if depth == 0 and self._batch.changed:
-                with self._lock:
-                    self._publish()
+        return _Batch(self)
 
     # -- for the node process ---------------------------------------------------------
 
@@ -159,10 +181,16 @@ class VirtualGpuBackend:
 
     def _changed(self) -> None:
         """Under the lock: publish the GPUs and records now, or when the batch ends."""
-        if getattr(self._batch, "depth", 0):
+        if self._batch.depth:
             self._batch.changed = True
         else:
             self._publish()
+
+    def _end_batch(self) -> None:
+        """A batch ended: publish once, if it changed anything."""
+        if self._batch.changed:
+            with self._lock:
+                self._publish()
 
     def _publish(self) -> None:
         """Under the lock: every GPU's state and the fault records, in one file."""

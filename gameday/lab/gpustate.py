@@ -148,9 +148,10 @@ def publish_node_state(state_dir: Path, gpus: Sequence[GpuState],
                        faults: dict[str, Any]) -> None:
     """Publish every GPU's state and the fault records atomically, in one file (put
     together from each GPU's :attr:`GpuState.encoded`: only changed GPUs are encoded,
-    with one encoder call for them all)."""
+    with one encoder call for them all; no records, no encoder call)."""
     texts = GpuState.encoded.many(gpus, _encode_states)
-    payload = f'{{"gpus":[{",".join(texts)}],"faults":{_ENCODER.encode(faults)}}}'
+    records = _ENCODER.encode(faults) if faults else "{}"
+    payload = f'{{"gpus":[{",".join(texts)}],"faults":{records}}}'
     write_atomic(node_state_path(state_dir), payload)
 
 

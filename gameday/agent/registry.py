@@ -471,8 +471,13 @@ class FaultRegistry:
         try:
             return self.revert_all(reason)
         finally:
-            with self._cond:
-                self._state.close()
+            self.release()
+
+    def release(self) -> None:
+        """Close the state file's directory (kept open between saves) now, leaving every
+        fault as it is; a later save opens it again."""
+        with self._cond:
+            self._state.close()
 
     # -- internals -------------------------------------------------------------------
 

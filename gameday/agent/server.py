@@ -178,7 +178,11 @@ class AgentServer:
         self._stopping.set()
         if self._serve_thread is not None:
             self._httpd.shutdown()
-        reverted = self.registry.close("agent-shutdown") if revert else []
+        if revert:
+            reverted = self.registry.close("agent-shutdown")
+        else:
+            self.registry.release()  # the faults stay applied and saved
+            reverted = []
         if self._reap_thread is not None:
             self._reap_thread.join(timeout=5.0)
         self._httpd.close_connections()

@@ -19,7 +19,7 @@ from gameday.errors import BlastRadiusExceeded
 from gameday.extension import BlastRadius, Extension
 from gameday.ledger import append_event, read_ledger
 from gameday.locks import TargetLocked, TargetLocks, live_holders
-from gameday.session import Session
+from gameday.session import InjectRequest, Session
 from gameday.targetconfig import AgentEndpoint, TargetConfig
 from gameday.targets import GpuRef
 
@@ -136,7 +136,8 @@ def test_ledger_records_agent_lease_and_inverse(tmp_path: Path) -> None:
 
 
 def test_cleanup_reverts_what_a_dead_run_left_and_is_idempotent(tmp_path: Path) -> None:
-    """A run that dies holding faults (no close): cleanup reverts them, twice is a no-op."""
+    """A run that dies holding faults (no close), injected one by one and by a fan-out (a
+    ledger event per agent's batch): cleanup reverts them, twice is a no-op."""
     with virtual_agents(tmp_path) as servers:
         home = tmp_path / "home"
         token_file = tmp_path / "token"
@@ -149,6 +150,11 @@ def test_cleanup_reverts_what_a_dead_run_left_and_is_idempotent(tmp_path: Path) 
         for gpu in (0, 1):
             dead.inject(node="node-0", kind="gpu.ecc", target={"gpu": gpu}, params=ECC,
                         lease_s=60)
+        dead.inject_many([InjectRequest(node, "gpu.ecc", {"gpu": gpu}, ECC)
+                          for node, gpus in (("node-0", (2, 3)), ("node-1", (0, 1, 2)))
+                          for gpu in gpus], lease_s=60)
+        batches = [json.loads(line) for line in (home / "ledger.jsonl").read_text().splitlines()]
+        assert sorted(len(b.get("faults", [b])) for b in batches) == [1, 1, 2, 3]
         dead.locks.release_all()  # as if its process had died
         dead.renewer.stop()
         stray = servers["node-1"].registry  # a fault no ledger here knows of
@@ -157,8 +163,8 @@ def test_cleanup_reverts_what_a_dead_run_left_and_is_idempotent(tmp_path: Path) 
         first = gameday(["cleanup", "--all-agents", "--target-config", str(config_file)], env)
         assert first.returncode == 0, first.stdout + first.stderr
         lines = first.stdout.strip().splitlines()
-        assert sum(line.startswith("reverted: gpu.ecc") for line in lines) == 3, lines
-        assert lines[-1] == "cleanup: 3 reverted, 0 skipped, 0 failed"
+        assert sum(line.startswith("reverted: gpu.ecc") for line in lines) == 8, lines
+        assert lines[-1] == "cleanup: 8 reverted, 0 skipped, 0 failed"
         assert active(servers) == [] and stray.faults() == []
         second = gameday(["cleanup", "--all-agents", "--target-config", str(config_file)], env)
         assert second.returncode == 0 and second.stdout.strip() == "cleanup: nothing to revert"

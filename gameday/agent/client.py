@@ -393,15 +393,17 @@ class Exchange(Generic[T]):
 
     def _read(self) -> tuple[int, bytes]:
         client = self.client
-        for attempt in (1, 2):
+        retry = self._reused  # a kept-alive connection the agent had closed: once, anew
+        while True:
             try:
                 answer = read_answer(client._rfile)
             except _STALE_CONNECTION as exc:
                 client._drop()
-                if self._reused and attempt == 1:
-                    self._send_once()  # on a new connection
-                    continue
-                raise self._failure(exc) from None
+                if not retry:
+                    raise self._failure(exc) from None
+                retry = False
+                self._send_once()  # on a new connection
+                continue
             except (OSError, MalformedAnswer) as exc:
                 client._drop()
                 raise self._failure(exc) from None
@@ -409,7 +411,6 @@ class Exchange(Generic[T]):
             if answer.will_close:
                 client._drop()
             return answer.status, answer.body
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _failure(self, exc: BaseException) -> AgentError:
         if isinstance(exc, TimeoutError):

@@ -3,16 +3,19 @@
 Targets are grouped by node, and each node's targets go to its agent in ONE batch
 request (``POST /v1/faults:batch``, up to 1,024 per request; docs/agent-api.md), which
 the agent applies all or nothing under one state write; up to ``concurrency`` agents
-have a request in flight at once. It all runs on the calling thread, without a thread
-per agent: each request is sent on its agent's kept-alive connection
-(:class:`gameday.agent.client.Exchange`) and each answer is read when its socket becomes
-readable (``selectors``). A target whose request failed for a reason that may pass
-(agent unreachable, no answer within the client's timeout, ``5xx``, ``429``) is tried
-again, with the others of its node that failed so, after an exponential back-off
-(tenacity's ``wait_exponential``; slept through an injectable sleep when nothing else is
-in flight); a refusal (``4xx``: bad parameters, conflict, unknown kind) is not. Every
-target gets a :class:`TargetResult`: the refused one says why, the others of its batch
-say they were not applied because of it.
+have a request in flight at once. Inject and revert batches ask for minimal answers
+(``Prefer: return=minimal``): the agent echoes no fault's kind, target or params, which
+the fan-out sent and knows, nor (for a revert) its details, so an inject's and its
+revert's answers are less than half the bytes to encode, send and decode. It all runs on
+the calling thread, without a thread per agent: each request is sent on its agent's
+kept-alive connection (:class:`gameday.agent.client.Exchange`) and each answer is read
+when its socket becomes readable (``selectors``). A target whose request failed for a
+reason that may pass (agent unreachable, no answer within the client's timeout, ``5xx``,
+``429``) is tried again, with the others of its node that failed so, after an
+exponential back-off (tenacity's ``wait_exponential``; slept through an injectable sleep
+when nothing else is in flight); a refusal (``4xx``: bad parameters, conflict, unknown
+kind) is not. Every target gets a :class:`TargetResult`: the refused one says why, the
+others of its batch say they were not applied because of it.
 
 An interruption (Ctrl-C, SIGTERM, SIGHUP, an activity timeout) stops the sending: the
 answers of the requests already in flight are still read (signals deferred meanwhile)
@@ -425,7 +428,7 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
 
         return Then(client.start_inject_many([  # copied there
             {"kind": request.kind, "target": request.target, "params": request.params,
-             "lease_s": lease} for request in batch]), finish)
+             "lease_s": lease} for request in batch], minimal=True), finish)
 
     done: list[_Outcome[InjectRequest]] = []
     try:
@@ -474,7 +477,8 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
                     for entry in batch]
 
         client = target.agent(node)
-        return Then(client.start_revert_many([entry.id for entry in batch]), finish)
+        return Then(client.start_revert_many([entry.id for entry in batch], minimal=True),
+                    finish)
 
     finished: list[_Outcome[FaultEntry]] = []
     try:

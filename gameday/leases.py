@@ -81,7 +81,7 @@ class LeaseRenewer:
     def _renew_many(self, client: AgentClient, entries: list[FaultEntry],
                     lease_s: float) -> None:
         try:
-            result = client.renew_many([entry.id for entry in entries], lease_s)
+            result = client.renew_many([entry.id for entry in entries], lease_s, minimal=True)
         except AgentError as exc:
             log.warning("lease renewal failed", faults=len(entries), error=str(exc))
             return

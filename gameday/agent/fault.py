@@ -25,7 +25,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Final, NamedTuple
 
 from gameday.agent.backend import FaultRequest
-from gameday.agent.protocol import REVERT_REASONS, RevertReason
+from gameday.agent.protocol import MINIMAL_FIELDS, REVERT_REASONS, Outcome, RevertReason
 from gameday.cachedattr import cached_attribute, construct, copy_with
 from gameday.errors import AgentError
 from gameday.jsontext import encode_objects, scalar_json
@@ -116,11 +116,32 @@ class Fault:
     @cached_attribute
     def encoded(self) -> str:
         """:meth:`to_json` as compact JSON text, made once for this fault."""
+        return (f'{self._head_json},{self._lease_json},{self._end_json()},'
+                f'"details":{self._details_json}}}')
+
+    def minimal(self, outcome: Outcome) -> dict[str, Any]:
+        """What a minimal answer (``Prefer: return=minimal``) shows of the fault after
+        ``outcome``: the fields of :data:`~gameday.agent.protocol.MINIMAL_FIELDS`."""
+        whole = self.to_json()
+        return {name: whole[name] for name in MINIMAL_FIELDS[outcome]}
+
+    def minimal_json(self, outcome: Outcome) -> str:
+        """:meth:`minimal` as compact JSON text, put together from the texts the fault
+        keeps (as the encoder writes them, byte for byte)."""
+        if outcome == "applied":
+            return (f'{{"id":{_string(self.id)},"injected_at":{_string(self.injected_at)},'
+                    f'{self._lease_json},"details":{self._details_json}}}')
+        if outcome == "reverted":
+            return f'{{"id":{_string(self.id)},{self._end_json()}}}'
+        return (f'{{"id":{_string(self.id)},"lease_s":{_number(self.lease_s)},'
+                f'"expires_at":{_number(self.expires_at)}}}')
+
+    def _end_json(self) -> str:
+        """``"reverted_at":…,"revert_reason":…``."""
         reverted_at = "null" if self.reverted_at is None else _number(self.reverted_at)
         reason = ("null" if self.revert_reason is None else
                   _REASONS_JSON.get(self.revert_reason) or _ENCODER.encode(self.revert_reason))
-        return (f'{self._head_json},{self._lease_json},"reverted_at":{reverted_at},'
-                f'"revert_reason":{reason},"details":{self._details_json}}}')
+        return f'"reverted_at":{reverted_at},"revert_reason":{reason}'
 
     @cached_attribute
     def _head_json(self) -> str:

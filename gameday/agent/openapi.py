@@ -14,6 +14,8 @@ from gameday.agent.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BATCH_ITEMS,
     MAX_BODY_BYTES,
+    MINIMAL_FIELDS,
+    PREFER_MINIMAL,
     REVERT_REASONS,
 )
 
@@ -28,6 +30,11 @@ _FAULT = {"description": "the fault", "content": {"application/json": {
 _BATCH_ANSWER = {"description": "a result per id: the faults done, the ids that failed",
                  "content": {"application/json": {"schema": {
                      "$ref": "#/components/schemas/BatchAnswer"}}}}
+_PREFER = {"name": "Prefer", "in": "header", "required": False,
+           "description": f"{PREFER_MINIMAL} (RFC 7240): each fault done holds only the "
+                          "fields the agent set (MinimalFault), and the answer carries "
+                          f"Preference-Applied: {PREFER_MINIMAL}",
+           "schema": {"type": "string"}}
 _IDS = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "uniqueItems": True,
         "items": {"type": "string", "minLength": 1}}
 _FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
@@ -80,15 +87,18 @@ def spec() -> dict[str, Any]:
                 "description": f"apply up to {MAX_BATCH_ITEMS} faults, all or nothing (body "
                                f"up to {MAX_BATCH_BODY_BYTES} bytes); an error names the "
                                "item (index) and the ids rolled back",
+                "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
                 "responses": {"201": {"description": "the faults, in order"},
                               **_errors(400, 401, 409, 411, 413, 503)}}},
             "/v1/faults:batch-revert": {"post": {
+                "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchRevertRequest"}}}},
                 "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
             "/v1/faults:batch-renew": {"post": {
+                "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchRenewRequest"}}}},
                 "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
@@ -117,8 +127,9 @@ def spec() -> dict[str, Any]:
                                       "properties": {"ids": _IDS, "lease_s": _LEASE}},
                 "BatchAnswer": {"type": "object", "required": ["faults", "failed"],
                                 "properties": {
-                                    "faults": {"type": "array",
-                                               "items": {"$ref": "#/components/schemas/Fault"}},
+                                    "faults": {"type": "array", "items": {"anyOf": [
+                                        {"$ref": "#/components/schemas/Fault"},
+                                        {"$ref": "#/components/schemas/MinimalFault"}]}},
                                     "failed": {"type": "array", "items": {
                                         "type": "object", "required": ["id", "status", "error"],
                                         "properties": {"id": {"type": "string"},
@@ -131,6 +142,12 @@ def spec() -> dict[str, Any]:
                                          "expires_at": {"type": "number"},
                                          "reverted_at": {"type": ["number", "null"]},
                                          "revert_reason": {"enum": [*REVERT_REASONS, None]}}},
+                "MinimalFault": {"description": "a fault in a minimal answer, by what the batch did: "
+                                                + "; ".join(f"{outcome}: {', '.join(names)}"
+                                                            for outcome, names
+                                                            in MINIMAL_FIELDS.items()),
+                                 "type": "object", "required": ["id"],
+                                 "properties": {"id": {"type": "string"}}},
                 "Error": {"type": "object", "required": ["error"],
                           "properties": {"error": {"type": "string"}}},
             },

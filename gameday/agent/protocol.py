@@ -21,7 +21,10 @@ __all__ = [
     "MAX_BATCH_BODY_BYTES",
     "MAX_BATCH_ITEMS",
     "MAX_BODY_BYTES",
+    "MINIMAL_FIELDS",
+    "PREFER_MINIMAL",
     "REVERT_REASONS",
+    "Outcome",
     "RevertReason",
     "check_lease",
     "decode_body",
@@ -29,6 +32,7 @@ __all__ = [
     "parse_batch_inject",
     "parse_inject",
     "parse_renew",
+    "prefers_minimal",
 ]
 
 #: Shortest and longest lease the agent grants, in seconds.
@@ -46,6 +50,21 @@ MAX_BATCH_BODY_BYTES: Final = 1024 * 1024
 RevertReason = Literal["requested", "lease-expired", "agent-shutdown", "agent-restart"]
 REVERT_REASONS: Final[tuple[RevertReason, ...]] = (
     "requested", "lease-expired", "agent-shutdown", "agent-restart")
+
+#: The ``Prefer`` header value (RFC 7240) with which a batch request asks for minimal
+#: faults in its answer; an agent that honours it answers ``Preference-Applied`` with it.
+PREFER_MINIMAL: Final = "return=minimal"
+
+#: What a batch did to its faults.
+Outcome = Literal["applied", "reverted", "renewed"]
+#: The fields a minimal answer keeps of each fault, by what the batch did: those the
+#: agent set. The others are what the request sent (kind, target, params, the lease of
+#: an inject) or did not change.
+MINIMAL_FIELDS: Final[dict[Outcome, tuple[str, ...]]] = {
+    "applied": ("id", "injected_at", "applied_at", "expires_at", "details"),
+    "reverted": ("id", "reverted_at", "revert_reason"),
+    "renewed": ("id", "lease_s", "expires_at"),
+}
 
 _INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s")
 _RENEW_FIELDS: Final = ("lease_s",)
@@ -190,3 +209,14 @@ def parse_batch_ids(body: object, *, renew: bool = False) -> tuple[list[str], fl
         seen.add(fault_id)
     lease_s = check_lease(obj["lease_s"]) if renew and "lease_s" in obj else None
     return ids, lease_s
+
+
+def prefers_minimal(prefer: str | None) -> bool:
+    """Whether a ``Prefer`` header (RFC 7240: comma-separated preferences, each
+    ``name[=value]`` with ``;`` parameters; names case-insensitive, values maybe quoted)
+    asks for ``return=minimal``. The first ``return`` preference counts."""
+    for preference in (prefer or "").split(","):
+        name, _, value = preference.partition(";")[0].partition("=")
+        if name.strip().lower() == "return":
+            return value.strip().strip('"').lower() == "minimal"
+    return False

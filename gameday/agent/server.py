@@ -34,12 +34,15 @@ from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BODY_BYTES,
+    PREFER_MINIMAL,
+    Outcome,
     RevertReason,
     decode_body,
     parse_batch_ids,
     parse_batch_inject,
     parse_inject,
     parse_renew,
+    prefers_minimal,
 )
 from gameday.agent.registry import (
     AgentClosing,
@@ -81,12 +84,18 @@ class _Request(NamedTuple):
     path: str
     query: dict[str, list[str]]
     body: bytes | None
+    minimal: bool = False  # Prefer: return=minimal (honoured by the batch endpoints)
 
 
 class _Reply(NamedTuple):
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: dict[str, str] | None = None
+
+
+#: The header of an answer that honoured ``Prefer: return=minimal``.
+_MINIMAL_APPLIED: Final = {"Preference-Applied": PREFER_MINIMAL}
 
 
 #: Answers are compact JSON without NaN/Infinity; stateless, so shared by threads.
@@ -104,16 +113,24 @@ def _fault_reply(status: int, fault: Fault) -> _Reply:
     return _Reply(status, f"{fault.encoded}\n".encode())
 
 
-def _faults_reply(status: int, faults: list[Fault],
-                  failed: list[dict[str, Any]] | None = None) -> _Reply:
+def _faults_reply(status: int, faults: list[Fault], failed: list[dict[str, Any]] | None = None,
+                  *, minimal: Outcome | None = None) -> _Reply:
     """``{"faults": [...]}`` (with ``"failed"`` if given) put together from the faults'
-    JSON texts (:attr:`Fault.encoded`) rather than encoded again."""
-    texts = ",".join([fault.encoded for fault in faults])
+    JSON texts (:attr:`Fault.encoded`) rather than encoded again; ``minimal``: each fault
+    as a minimal answer shows it after that outcome (:meth:`Fault.minimal_json`), with
+    ``Preference-Applied``."""
+    if minimal is None:
+        texts = ",".join([fault.encoded for fault in faults])
+    else:
+        texts = ",".join([fault.minimal_json(minimal) for fault in faults])
+    headers = None if minimal is None else _MINIMAL_APPLIED
     if not strict_json(texts):  # raises for NaN, as any answer
-        payload: dict[str, Any] = {"faults": [fault.to_json() for fault in faults]}
-        return _json_reply(status, payload if failed is None else {**payload, "failed": failed})
+        payload: dict[str, Any] = {"faults": [
+            fault.to_json() if minimal is None else fault.minimal(minimal) for fault in faults]}
+        reply = _json_reply(status, payload if failed is None else {**payload, "failed": failed})
+        return reply._replace(headers=headers)
     tail = "" if failed is None else f',"failed":{_ANSWER_ENCODER.encode(failed)}'
-    return _Reply(status, f'{{"faults":[{texts}]{tail}}}\n'.encode())
+    return _Reply(status, f'{{"faults":[{texts}]{tail}}}\n'.encode(), headers=headers)
 
 
 class AgentServer:
@@ -276,15 +293,17 @@ class AgentServer:
             status, extra = _status_of(exc.cause)
             raise _HTTPFailure(status, str(exc), index=exc.index, rolled_back=exc.rolled_back,
                                revert_failed=exc.revert_failed, **extra) from None
-        return _faults_reply(201, faults)
+        return _faults_reply(201, faults, minimal="applied" if request.minimal else None)
 
     def _revert_batch(self, request: _Request) -> _Reply:
         ids, _ = parse_batch_ids(decode_body(request.body or b""))
-        return _batch_reply(ids, self.registry.revert_many(ids, "requested"))
+        return _batch_reply(ids, self.registry.revert_many(ids, "requested"),
+                            minimal="reverted" if request.minimal else None)
 
     def _renew_batch(self, request: _Request) -> _Reply:
         ids, lease_s = parse_batch_ids(decode_body(request.body or b""), renew=True)
-        return _batch_reply(ids, self.registry.renew_many(ids, lease_s))
+        return _batch_reply(ids, self.registry.renew_many(ids, lease_s),
+                            minimal="renewed" if request.minimal else None)
 
     def _get(self, request: _Request, fault_id: str) -> _Reply:
         return _fault_reply(200, self.registry.get(fault_id))
@@ -312,8 +331,10 @@ def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
     return 500, {}  # RevertFailed, or the backend failed (not a refusal)
 
 
-def _batch_reply(ids: list[str], results: list[Fault | GamedayError]) -> _Reply:
-    """``200 {"faults": [done], "failed": [{"id", "status", "error", ...}]}``."""
+def _batch_reply(ids: list[str], results: list[Fault | GamedayError], *,
+                 minimal: Outcome | None = None) -> _Reply:
+    """``200 {"faults": [done], "failed": [{"id", "status", "error", ...}]}`` (the faults
+    done as ``minimal`` says, :func:`_faults_reply`)."""
     done: list[Fault] = []
     failed: list[dict[str, Any]] = []
     for fault_id, result in zip(ids, results, strict=True):
@@ -322,7 +343,7 @@ def _batch_reply(ids: list[str], results: list[Fault | GamedayError]) -> _Reply:
         else:
             status, extra = _status_of(result)
             failed.append({"id": fault_id, "status": status, "error": str(result), **extra})
-    return _faults_reply(200, done, failed)
+    return _faults_reply(200, done, failed, minimal=minimal)
 
 
 _Route = Callable[..., _Reply]
@@ -533,7 +554,8 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
                                    else MAX_BODY_BYTES)
             reply = agent.handle(_Request(self.command, path,
-                                          parse_qs(query) if query else {}, body))
+                                          parse_qs(query) if query else {}, body,
+                                          prefers_minimal(self._fields.get("prefer"))))
         except _HTTPFailure as failure:
             self._send_failure(failure)
             return
@@ -541,7 +563,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             agent._log.exception("agent.request_failed", method=self.command, path=path)
             self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}: {exc}"))
             return
-        self._send(reply.status, reply.body, reply.content_type)
+        self._send(reply.status, reply.body, reply.content_type, reply.headers)
 
     def _read_body(self, limit: int) -> bytes | None:
         if "chunked" in self._fields.get("transfer-encoding", "").lower():

@@ -19,7 +19,12 @@ from test_agent_http import raw
 
 from gameday.agent.backend import FaultRequest
 from gameday.agent.client import AgentClient, BatchFailed, LeaseLost
-from gameday.agent.protocol import MAX_BATCH_BODY_BYTES, MAX_BATCH_ITEMS
+from gameday.agent.protocol import (
+    MAX_BATCH_BODY_BYTES,
+    MAX_BATCH_ITEMS,
+    MINIMAL_FIELDS,
+    prefers_minimal,
+)
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import AgentServer
 from gameday.agent.state import StateFile
@@ -185,6 +190,72 @@ def test_batch_renew_and_revert_answer_per_id(client: AgentClient, agent: AgentS
     assert [f.id for f in agent.registry.faults()] == [b]
 
 
+def test_batch_answers_are_minimal_when_asked(agent: AgentServer, client: AgentClient,
+                                              clock: FakeClock) -> None:
+    """``Prefer: return=minimal``: each fault done holds only the fields the agent set,
+    with the values of the whole fault; ``Preference-Applied`` says so; failures are
+    answered as ever."""
+    minimal = {"Prefer": "return=minimal", "Content-Type": "application/json"}
+    status, body, response = raw(agent, "POST", "/v1/faults:batch",
+                                 json.dumps({"faults": items(0, 1)}), headers=minimal, token=TOKEN)
+    assert status == 201 and response.getheader("Preference-Applied") == "return=minimal"
+    whole = {f["id"]: f for f in client.faults()}
+    assert body["faults"] == [{name: whole[f["id"]][name] for name in MINIMAL_FIELDS["applied"]}
+                              for f in body["faults"]]
+    assert [list(f) for f in body["faults"]] == [list(MINIMAL_FIELDS["applied"])] * 2
+    ids = [f["id"] for f in body["faults"]]
+    clock.advance(5)
+    status, body, response = raw(agent, "POST", "/v1/faults:batch-renew",
+                                 json.dumps({"ids": [ids[0], "f-nope"], "lease_s": 60}),
+                                 headers=minimal, token=TOKEN)
+    assert status == 200 and response.getheader("Preference-Applied") == "return=minimal"
+    assert body["faults"] == [{"id": ids[0], "lease_s": 60, "expires_at": clock.now() + 60}]
+    assert [(f["id"], f["status"]) for f in body["failed"]] == [("f-nope", 404)]
+    status, body, _ = raw(agent, "POST", "/v1/faults:batch-revert", json.dumps({"ids": ids}),
+                          headers=minimal, token=TOKEN)
+    assert status == 200 and body["failed"] == []
+    assert body["faults"] == [{"id": fault_id, "reverted_at": clock.now(),
+                               "revert_reason": "requested"} for fault_id in ids]
+    assert agent.registry.faults() == []
+
+
+def test_without_the_preference_batch_answers_hold_whole_faults(agent: AgentServer) -> None:
+    for prefer in (None, "return=representation", "respond-async", "return=minimal-ish"):
+        headers = {"Content-Type": "application/json", **({"Prefer": prefer} if prefer else {})}
+        status, body, response = raw(agent, "POST", "/v1/faults:batch",
+                                     json.dumps({"faults": items(0)}), headers=headers,
+                                     token=TOKEN)
+        assert status == 201 and response.getheader("Preference-Applied") is None, prefer
+        [fault] = body["faults"]
+        assert fault["target"] == {"gpu": 0} and fault["kind"] == KIND, prefer
+        status, body, _ = raw(agent, "POST", "/v1/faults:batch-revert",
+                              json.dumps({"ids": [fault["id"]]}), headers=headers,
+                              token=TOKEN)
+        assert body["faults"][0]["target"] == {"gpu": 0} and body["failed"] == [], prefer
+
+
+def test_the_client_asks_for_minimal_answers_when_told(client: AgentClient) -> None:
+    faults = client.inject_many(items(0, 1), minimal=True)
+    assert [list(f) for f in faults] == [list(MINIMAL_FIELDS["applied"])] * 2
+    ids = [f["id"] for f in faults]
+    renewed = client.renew_many(ids, 60, minimal=True)
+    assert [list(f) for f in renewed.done.values()] == [list(MINIMAL_FIELDS["renewed"])] * 2
+    reverted = client.revert_many(ids, minimal=True)
+    assert [list(f) for f in reverted.done.values()] == [list(MINIMAL_FIELDS["reverted"])] * 2
+    assert {f["revert_reason"] for f in reverted.done.values()} == {"requested"}
+
+
+@pytest.mark.parametrize(("prefer", "minimal"), [
+    ("return=minimal", True), ("RETURN = Minimal", True), ('return="minimal"', True),
+    ("respond-async, return=minimal; foo=bar", True), ("wait=5,return=minimal", True),
+    ("return=representation, return=minimal", False), ("return=minimalist", False),
+    ("returns=minimal", False), ("return", False), ("minimal", False), ("", False),
+    (None, False)])
+def test_the_prefer_header_is_read_as_rfc_7240_writes_it(prefer: str | None,
+                                                         minimal: bool) -> None:
+    assert prefers_minimal(prefer) is minimal
+
+
 def test_batch_calls_need_the_token_and_apply_nothing_without_it(
         agent: AgentServer, backend: CrashingMarkers) -> None:
     body = json.dumps({"faults": items(0), "ids": ["x"]})
@@ -238,15 +309,17 @@ def test_the_lease_renewer_renews_an_agents_faults_in_one_request(
         expires_at=f["expires_at"], lease_s=3) for f in faults])
     client.revert(faults[3]["id"])  # someone reverted one meanwhile
     paths: list[str] = []
+    minimal: list[bool] = []
     handle = agent.handle
     monkeypatch.setattr(agent, "handle", lambda request: paths.append(request.path)
-                        or handle(request))
+                        or minimal.append(request.minimal) or handle(request))
     renewer = LeaseRenewer(ledger, {"node-b": client}, clock=clock)
     renewer.renew_due()
     assert paths == []  # nothing due yet
     clock.advance(2)
     renewer.renew_due()
     assert paths == ["/v1/faults:batch-renew"]
+    assert minimal == [True]  # the renewer reads only the new expiry
     assert [e.expires_at for e in ledger.active()] == [clock.now() + 3] * 3
     lost = [e for e in ledger.entries() if not e.active]
     assert [(e.id, e.revert_reason) for e in lost] == [(faults[3]["id"], "lease-lost")]

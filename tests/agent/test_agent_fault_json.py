@@ -29,6 +29,7 @@ from gameday.agent.fault import (
     strict_json,
 )
 from gameday.agent.metrics import AgentMetrics
+from gameday.agent.protocol import MINIMAL_FIELDS
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import _fault_reply, _faults_reply
 from gameday.clock import FakeClock
@@ -65,6 +66,10 @@ def test_the_text_is_what_the_encoder_writes_for_every_copy(
     renewed = dataclasses.replace(active, lease_s=lease + 1, expires_at=applied + lease + 1)
     assert renewed.encoded == compact(renewed.to_json())  # nothing stale carried over
     assert Fault.from_json(json.loads(done.encoded)) == done
+    for copy, outcome in ((active, "applied"), (done, "reverted"), (renewed, "renewed")):
+        assert copy.minimal_json(outcome) == compact(copy.minimal(outcome))  # byte for byte
+        assert list(copy.minimal(outcome)) == list(MINIMAL_FIELDS[outcome])
+        assert copy.minimal(outcome).items() <= copy.to_json().items()
 
 
 @given(items=st.lists(st.tuples(st.sampled_from([KIND, 'k"\u00e9']), objects, objects,
@@ -159,10 +164,16 @@ def test_answers_never_carry_nan_but_words_in_strings_pass(tmp_path: pathlib.Pat
     fault = registry.apply(FaultRequest(KIND, {"n": 1}), 30)
     with pytest.raises(ValueError, match="Out of range float"):
         _fault_reply(201, fault)  # the agent answers 500, as for any unencodable answer
+    with pytest.raises(ValueError, match="Out of range float"):
+        _faults_reply(201, [fault], minimal="applied")  # minimal answers too
     words = dataclasses.replace(fault, details={"note": "NaN Infinity"})
     for reply in (_fault_reply(200, words), _faults_reply(200, [words], [])):
         answer = json.loads(reply.body, parse_constant=pytest.fail)
         assert answer in (words.to_json(), {"faults": [words.to_json()], "failed": []})
+    reply = _faults_reply(201, [words], minimal="applied")
+    assert json.loads(reply.body, parse_constant=pytest.fail) == {
+        "faults": [words.minimal("applied")]}
+    assert reply.headers == {"Preference-Applied": "return=minimal"}
 
 
 def metric_values(metrics: AgentMetrics) -> Mapping[str, float]:

@@ -258,6 +258,10 @@ def api_requests(draw: st.DrawFn, spec: dict[str, Any], known_ids: list[str]
         "", "Bearer", f"Bearer {TOKEN}x", f"Basic {TOKEN}", f"bearer  {TOKEN} ",
         "Bearer \u00e9t\u00e9"]))
     headers = {"Authorization": auth} if auth else {}
+    prefer = draw(st.sampled_from([None, None, "return=minimal", "return=representation",
+                                   "return=\u00e9"]))
+    if prefer is not None:
+        headers["Prefer"] = prefer
     return method.upper(), path, draw(_body(operation, spec)), headers
 
 

@@ -1,7 +1,7 @@
 """The agent's Prometheus metrics, on a private registry (one per agent, so several
 agents can live in one process, as in the lab and in tests)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -29,6 +29,16 @@ class AgentMetrics:
         # lock and checks its arguments on every call); the counters are never removed
         self._applied_by_kind: dict[str, Counter] = {}
         self._reverted_by_label: dict[tuple[str, str], Counter] = {}
+
+    def expect(self, kinds: Iterable[str], reasons: Iterable[str]) -> None:
+        """Export the counters of ``kinds`` (and each revert ``reason``) at zero from now,
+        as Prometheus advises for label values known in advance: a rate or an alert on
+        them works from the first scrape, before any fault."""
+        reasons = tuple(reasons)
+        for kind in kinds:
+            self.applied(kind, 0)
+            for reason in reasons:
+                self.reverted(kind, reason, 0)
 
     def track_active(self, count: Callable[[], int]) -> None:
         """Read the active-fault gauge from ``count`` at each scrape."""

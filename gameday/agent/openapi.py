@@ -35,6 +35,8 @@ _PREFER = {"name": "Prefer", "in": "header", "required": False,
                           "fields the agent set (MinimalFault), and the answer carries "
                           f"Preference-Applied: {PREFER_MINIMAL}",
            "schema": {"type": "string"}}
+_MINIMAL = "a fault in a minimal answer, by what the batch did: " + "; ".join(
+    f"{outcome}: {', '.join(names)}" for outcome, names in MINIMAL_FIELDS.items())
 _IDS = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "uniqueItems": True,
         "items": {"type": "string", "minLength": 1}}
 _FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
@@ -142,11 +144,7 @@ def spec() -> dict[str, Any]:
                                          "expires_at": {"type": "number"},
                                          "reverted_at": {"type": ["number", "null"]},
                                          "revert_reason": {"enum": [*REVERT_REASONS, None]}}},
-                "MinimalFault": {"description": "a fault in a minimal answer, by what the batch did: "
-                                                + "; ".join(f"{outcome}: {', '.join(names)}"
-                                                            for outcome, names
-                                                            in MINIMAL_FIELDS.items()),
-                                 "type": "object", "required": ["id"],
+                "MinimalFault": {"description": _MINIMAL, "type": "object", "required": ["id"],
                                  "properties": {"id": {"type": "string"}}},
                 "Error": {"type": "object", "required": ["error"],
                           "properties": {"error": {"type": "string"}}},

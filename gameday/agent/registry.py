@@ -42,7 +42,7 @@ from gameday.agent.fault import (
     plain_details,
 )
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import RevertReason, check_lease
+from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile, with_state
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
@@ -125,7 +125,8 @@ class FaultRegistry:
 
     Creating a registry reverts every fault left in ``state_path`` by a previous run
     (reason ``agent-restart``); they are listed in :attr:`recovered` and among the
-    reverted faults.
+    reverted faults. It then writes the state file (:class:`AgentError` if it cannot)
+    and exports the metrics of every kind of the backend at zero.
     """
 
     def __init__(self, backend: Backend, *, state_path: pathlib.Path, node: str,
@@ -144,6 +145,7 @@ class FaultRegistry:
         self._closed = False
         self._log = _log.bind(node=node, backend=backend.name)
         self.metrics.track_active(self.active_count)
+        self.metrics.expect(self.backend.kinds(), REVERT_REASONS)
         self.recovered: list[Fault] = self._recover()
 
     # -- queries ---------------------------------------------------------------------
@@ -482,9 +484,10 @@ class FaultRegistry:
     # -- internals -------------------------------------------------------------------
 
     def _recover(self) -> list[Fault]:
+        """Revert what a previous run left saved, and save what is left (nothing, unless
+        a revert failed): written even when nothing was saved, so that a state file
+        that cannot be written stops the agent at start, not at its first fault."""
         saved = [Fault.from_json(data) for data in self._state.load()]
-        if not saved:
-            return []
         recovered: list[Fault] = []
         now = self._clock.now()
         for fault in saved:
@@ -647,17 +650,18 @@ class FaultRegistry:
             self._history.popitem(last=False)
 
     def _save(self, *, strict: bool) -> None:
-        """Under the lock: write the live faults to the state file. ``strict`` re-raises
-        a failure; otherwise it is logged and the next change writes the file again."""
+        """Under the lock: write the live faults to the state file. ``strict`` raises a
+        failure as :class:`AgentError` (its caller reports it); otherwise it is logged
+        and the next change writes the file again."""
         records = [with_state(e.fault.encoded, e.state) for e in self._live.values()]
         try:
             self._state.save(records, node=self.node, saved_at=self._clock.now())
         except OSError as exc:
-            self._log.error("state.save_failed", path=str(self._state.path),
-                            error=_one_line(exc))
             if strict:
                 raise AgentError(f"{self._state.path}: cannot save agent state "
                                  f"({_one_line(exc)})") from exc
+            self._log.error("state.save_failed", path=str(self._state.path),
+                            error=_one_line(exc))
 
 
 def _counts(keys: Iterable[_K]) -> dict[_K, int]:

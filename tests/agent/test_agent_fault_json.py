@@ -29,7 +29,7 @@ from gameday.agent.fault import (
     strict_json,
 )
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import MINIMAL_FIELDS
+from gameday.agent.protocol import MINIMAL_FIELDS, REVERT_REASONS
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import _fault_reply, _faults_reply
 from gameday.clock import FakeClock
@@ -185,12 +185,18 @@ def metric_values(metrics: AgentMetrics) -> Mapping[str, float]:
 def test_a_batch_of_mixed_kinds_counts_each_fault(tmp_path: pathlib.Path) -> None:
     registry = FaultRegistry(VirtualGpuBackend("n0", tmp_path / "gpus", gpus=4),
                              state_path=tmp_path / "agent.json", node="n0")
+    kinds = registry.kinds()
+    assert metric_values(registry.metrics) == {  # every kind at zero from the start
+        **{f'gameday_agent_faults_applied_total{{kind="{kind}"}}': 0.0 for kind in kinds},
+        **{f'gameday_agent_faults_reverted_total{{kind="{kind}",reason="{reason}"}}': 0.0
+           for kind in kinds for reason in REVERT_REASONS}}
     ecc = {"kind": "single_bit"}
     faults = registry.apply_many([(FaultRequest("gpu.ecc", {"gpu": 0}, ecc), 30),
                                   (FaultRequest("gpu.thermal", {"gpu": 1}), 30),
                                   (FaultRequest("gpu.ecc", {"gpu": 2}, ecc), 30)])
     registry.revert_many([f.id for f in faults])
-    assert metric_values(registry.metrics) == {
+    assert {name: value for name, value in metric_values(registry.metrics).items()
+            if value} == {
         'gameday_agent_faults_applied_total{kind="gpu.ecc"}': 2.0,
         'gameday_agent_faults_applied_total{kind="gpu.thermal"}': 1.0,
         'gameday_agent_faults_reverted_total{kind="gpu.ecc",reason="requested"}': 2.0,

@@ -3,6 +3,7 @@ kill -9 and restart, SIGTERM, and the CLI's one-line errors."""
 
 import json
 import pathlib
+import resource
 import signal
 import subprocess
 import sys
@@ -121,6 +122,35 @@ def test_cli_errors_are_one_line_exit_2(dirs: dict[str, pathlib.Path], args: lis
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert result.stdout == ""
+
+
+def no_file_bytes() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_a_state_file_it_cannot_write_stops_the_agent_at_start(
+        dirs: dict[str, pathlib.Path]) -> None:
+    """The agent writes its state file before it listens: a state file it cannot write
+    is one line and exit 2 at start, not a 500 at the first fault. Real: the agent
+    process, whose file size limit is 0 (writing a byte fails with EFBIG, as a full disk
+    fails with ENOSPC; root writes any directory, so permissions cannot show it here)."""
+    result = subprocess.run([sys.executable, "-m", "gameday.agent.serve", *agent_args(dirs)],
+                            cwd=REPO, env=agent_env(dirs["markers"]), capture_output=True,
+                            text=True, timeout=30, preexec_fn=no_file_bytes)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot save agent state" in lines[0], result.stderr
+    assert str(dirs["state"]) in lines[0] and "File too large" in lines[0]
+
+
+def test_an_agent_writes_its_empty_state_at_start(dirs: dict[str, pathlib.Path]) -> None:
+    proc = run_agent(agent_args(dirs), agent_env(dirs["markers"]), dirs["stderr"])
+    try:
+        read_url(proc)
+        state = json.loads((dirs["state"] / "agent-proc-node.json").read_text())
+        assert state["faults"] == [] and state["node"] == "proc-node"
+    finally:
+        kill(proc)
 
 
 def test_parse_listen() -> None:

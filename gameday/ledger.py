@@ -76,6 +76,10 @@ _SHARED: Final = ("kind", "node", "agent_url", "params", "injected_at", "lease_s
                   "via")
 #: The fields each fault of it states in its ``faults`` list.
 _OWN: Final = ("id", "target", "applied_at", "expires_at", "details")
+#: Its lease times, stated once too when every fault of it has the same (an agent times
+#: the faults of a batch together).
+_TIMES: Final = ("applied_at", "expires_at")
+_OWN_BUT_TIMES: Final = tuple(name for name in _OWN if name not in _TIMES)
 
 
 def _same_batch(first: FaultEntry, other: FaultEntry) -> bool:
@@ -92,7 +96,8 @@ def applied_events(entries: list[FaultEntry], extra: dict[str, Any]
                    ) -> list[tuple[str, dict[str, Any]]]:
     """The ``applied`` events of ``entries`` (each with ``extra``): one event per run of
     consecutive agent faults that share :data:`_SHARED` (an agent's batch), with those
-    stated once and a ``faults`` list of each one's own fields (:data:`_OWN`); any other
+    stated once (and their lease times, if the same: :data:`_TIMES`) and a ``faults``
+    list of each one's own fields (:data:`_OWN`); any other
     fault as one flat event (:meth:`FaultEntry.to_json`). :func:`read_ledger` reads both."""
     events: list[tuple[str, dict[str, Any]]] = []
     start = 0
@@ -104,9 +109,14 @@ def applied_events(entries: list[FaultEntry], extra: dict[str, Any]
             events.append(("applied", {**group[0].to_json(), **extra}))
         else:
             first = group[0]
+            shared: tuple[str, ...] = _SHARED
+            own: tuple[str, ...] = _OWN
+            if all(e.applied_at == first.applied_at and e.expires_at == first.expires_at
+                   for e in group):
+                shared, own = _SHARED + _TIMES, _OWN_BUT_TIMES
             events.append(("applied", {
-                **{name: getattr(first, name) for name in _SHARED}, **extra,
-                "faults": [{name: getattr(e, name) for name in _OWN} for e in group]}))
+                **{name: getattr(first, name) for name in shared}, **extra,
+                "faults": [{name: getattr(e, name) for name in own} for e in group]}))
         start = end
     return events
 

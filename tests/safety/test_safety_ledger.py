@@ -76,8 +76,9 @@ def fleet() -> list[FaultEntry]:
     """Three faults of one agent's batch, then ones that cannot share its line."""
     return [entry(0, details={"uuid": "GPU-0"}), entry(1), entry(2),
             entry(3, params={"count": 2}),                            # other params
-            entry(4, node="node-1", agent_url="http://127.0.0.1:8"),  # another agent
-            entry(5, node="node-1", agent_url="http://127.0.0.1:8"),
+            entry(4, node="node-1", agent_url="http://127.0.0.1:8",   # another agent,
+                  applied_at=7.0),                                    # one time for all
+            entry(5, node="node-1", agent_url="http://127.0.0.1:8", applied_at=7.0),
             entry(6, via="kubernetes", details={"inverse": {"op": "uncordon"}})]
 
 
@@ -91,6 +92,9 @@ def test_a_batch_is_one_line_and_reads_back_as_its_faults_written_one_by_one(
     lines = [json.loads(line) for line in batched.read_text().splitlines()]
     assert [len(line.get("faults", [line])) for line in lines] == [3, 1, 2, 1]
     assert lines[0]["params"] == {} and "inverse" not in lines[0]  # stated once; rebuilt
+    assert "applied_at" not in lines[0] and all("applied_at" in f for f in lines[0]["faults"])
+    assert (lines[2]["applied_at"], lines[2]["expires_at"]) == (7.0, 31.0)  # the same: once
+    assert not any("applied_at" in f or "expires_at" in f for f in lines[2]["faults"])
     assert read_ledger(batched) == read_ledger(one_by_one)
     assert read_ledger(batched)[1]["inverse"] == {"method": "DELETE",
                                                   "url": "http://127.0.0.1:9/v1/faults/f-1"}

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from gameday.errors import GamedayError
 
@@ -83,6 +83,9 @@ class Holder:
 
 def target_key(node: str, target: Mapping[str, Any]) -> str:
     """The lock key of one fault target: ``node-0.gpu-2``, ``node-1.link-eth0``, ..."""
+    if len(target) == 1 and node:  # the common shape (a GPU, a link): without the sort
+        for key, value in target.items():
+            return f"{_safe(node)}.{_safe(f'{key}-{value}')}"
     parts = [node, *(f"{key}-{target[key]}" for key in sorted(target))]
     return ".".join(map(_safe, parts)) or "_"
 
@@ -99,12 +102,15 @@ def _offset(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 2
 
 
+#: ``struct flock`` (type, whence, start, length, pid) as ``F_OFD_SETLK`` reads it.
+_FLOCK: Final = struct.Struct("hhqqi4x")
+
+
 def _lock_byte(fd: int, offset: int) -> bool:
     """Take the write lock of one byte without waiting; False if someone else holds it."""
     try:
         if _OFD_SETLK is not None:
-            fcntl.fcntl(fd, _OFD_SETLK,
-                        struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
         else:  # pragma: no cover - not Linux
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
     except (BlockingIOError, PermissionError):
@@ -140,15 +146,19 @@ class TargetLocks:
             return
         with self._guard:
             taken: list[str] = []
+            held, files = self._held, self._files
             try:
                 for index, key in enumerate(keys):
-                    if key in self._held:
+                    if key in held:
                         continue
                     offset = _offset(key)
                     number = offset % LOCK_FILES
-                    if not _lock_byte(self._open(self.directory, number), offset):
+                    fd = files.get(number)
+                    if fd is None:
+                        fd = self._open(self.directory, number)
+                    if not _lock_byte(fd, offset):
                         raise self._refusal(self.directory, key, number, index)
-                    self._held.add(key)
+                    held.add(key)
                     taken.append(key)
             finally:
                 if taken:

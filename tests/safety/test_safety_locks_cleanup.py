@@ -18,7 +18,7 @@ from gameday.cleanup import cleanup
 from gameday.errors import BlastRadiusExceeded
 from gameday.extension import BlastRadius, Extension
 from gameday.ledger import append_event, read_ledger
-from gameday.locks import TargetLocked, TargetLocks, live_holders
+from gameday.locks import TargetLocked, TargetLocks, live_holders, target_key
 from gameday.session import InjectRequest, Session
 from gameday.targetconfig import AgentEndpoint, TargetConfig
 from gameday.targets import GpuRef
@@ -59,6 +59,17 @@ def test_many_locks_at_once_stop_at_the_first_held_one(tmp_path: Path) -> None:
     assert sum(1 for h in live_holders(tmp_path) if h.run_id == "run-b") == 2
     first.release_all()
     second.release_all()
+
+@pytest.mark.parametrize(("node", "target", "key"), [
+    ("node-0", {"gpu": 2}, "node-0.gpu-2"),
+    ("node 1", {"link": "eth 0"}, "node_1.link-eth_0"),
+    ("node-1", {"mount": "/data/x", "kind": "fuse"}, "node-1.kind-fuse.mount-_data_x"),
+    ("", {"gpu": 1}, ".gpu-1"), ("node-0", {}, "node-0"), ("", {}, "_"),
+])
+def test_target_keys_name_node_and_target_in_safe_characters(
+        node: str, target: dict[str, object], key: str) -> None:
+    assert target_key(node, target) == key
+
 
 def test_a_lock_dies_with_its_holder(tmp_path: Path) -> None:
     code = ("import sys, time; from pathlib import Path; from gameday.locks import TargetLocks;"

@@ -468,12 +468,14 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
     def revert(node: str, batch: list[FaultEntry]) -> Waiting:
         missing = AgentError(f"agent of {node}: no answer for this fault")
 
-        def finish(answer: Callable[[], BatchResult]) -> list[dict[str, Any] | BaseException]:
+        def finish(answer: Callable[[], BatchResult]
+                   ) -> list[tuple[str, float, str] | BaseException]:
             result = answer()  # a failed id that may pass is tried again by fan_out
-            session.ledger.record_reverted_many(  # fsync'd at the end
-                [_reverted(fault, reason, session.clock.now()) for fault in result.done.values()],
-                sync=False)
-            return [result.done.get(entry.id) or result.failed.get(entry.id) or missing
+            now = session.clock.now()
+            done = {fault_id: _reverted(fault, reason, now)
+                    for fault_id, fault in result.done.items()}
+            session.ledger.record_reverted_many(list(done.values()), sync=False)  # fsync'd
+            return [done.get(entry.id) or result.failed.get(entry.id) or missing  # at the end
                     for entry in batch]
 
         client = target.agent(node)
@@ -493,6 +495,7 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
 def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]],
                     reason: str) -> list[str]:
     done: list[tuple[str, float, str]] = []
+    events: list[dict[str, Any]] = []
     failures: list[str] = []
     for outcome in finished:
         entry = outcome.job
@@ -500,11 +503,10 @@ def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]]
             failures.append(f"{entry.kind} {entry.id} on {entry.node}: "
                             f"{_error_text(outcome.error)}")
             continue
-        done.append(_reverted(outcome.value, reason, session.clock.now()))
+        done.append(outcome.value)  # (id, reverted_at, reason), as its batch recorded it
+        events.append({"id": entry.id, "kind": entry.kind, "at": outcome.value[1]})
     session.ledger.record_reverted_many(done)  # what was not yet, and one fsync
-    kinds = {o.job.id: o.job.kind for o in finished}
-    session.events("fault_reverted", [{"id": fault_id, "kind": kinds[fault_id], "at": at}
-                                      for fault_id, at, _ in done])
+    session.events("fault_reverted", events)
     return failures
 
 

@@ -16,6 +16,9 @@ fan-out (``--agent-state DIR`` puts them on a disk). The orchestrator discovers 
 through the REAL kubernetes client (``--target kubernetes``); its ledger and target locks
 are on disk (fsync'd), in both timed parts.
 
+The activities are validated first, as ``gameday run`` validates an experiment before its
+method (chaoslib imports their module then).
+
 Timed, in one run, in ``--rounds`` turns (default 3):
 
 - fan-out: the action ``faults.gpu.ecc_error(gpu={percent: 100})`` (one activity:
@@ -136,7 +139,7 @@ def main() -> None:
         rack(*numbers, state=Path(args.rack[4]))
         return
 
-    from chaoslib.activity import run_activity
+    from chaoslib.activity import ensure_activity_is_valid, run_activity
     from kube_standin import running_standin
 
     from gameday import session as sessions
@@ -162,6 +165,12 @@ def main() -> None:
                 return {"type": "action", "name": func, "provider": {
                     "type": "python", "module": "faults.gpu", "func": func,
                     "arguments": arguments}}
+
+            # validated as `gameday run` validates an experiment before its method
+            # (gameday/loader.py), which imports each provider's module
+            for checked in (activity("ecc_error", gpu={"percent": 100}, **ECC),
+                            activity("revert")):
+                ensure_activity_is_valid(checked)
 
             def session() -> sessions.Session:  # one run; every run in one home
                 return sessions.activate(sessions.Session(

@@ -36,6 +36,11 @@ __all__ = ["AgentClient", "BatchFailed", "BatchResult", "Exchange", "LeaseLost"]
 
 T = TypeVar("T")
 
+#: Request bodies: compact JSON (ASCII, so any agent reads it), encoded without the check
+#: for circular references (bodies are made of JSON-like values: a cycle would be a
+#: RecursionError instead of a ValueError).
+_BODY_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
 
 class LeaseLost(AgentError):
     """The agent already reverted the fault (its lease ran out, or it was reverted):
@@ -243,7 +248,7 @@ class AgentClient:
         """Send one request; ``decode`` turns the answer (a callable that returns the
         JSON object or raises the agent's error) into the exchange's result; ``minimal``:
         ask for a minimal answer."""
-        payload = None if body is None else json.dumps(body).encode("utf-8")
+        payload = None if body is None else _BODY_ENCODER.encode(body).encode("utf-8")
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         if payload is not None:
             headers["Content-Type"] = "application/json"

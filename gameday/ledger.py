@@ -97,8 +97,8 @@ def applied_events(entries: list[FaultEntry], extra: dict[str, Any]
     """The ``applied`` events of ``entries`` (each with ``extra``): one event per run of
     consecutive agent faults that share :data:`_SHARED` (an agent's batch), with those
     stated once (and their lease times, if the same: :data:`_TIMES`) and a ``faults``
-    list of each one's own fields (:data:`_OWN`); any other
-    fault as one flat event (:meth:`FaultEntry.to_json`). :func:`read_ledger` reads both."""
+    list of each one's own fields (:data:`_OWN`); any other fault as one flat event
+    (:meth:`FaultEntry.to_json`). :func:`read_ledger` reads both."""
     events: list[tuple[str, dict[str, Any]]] = []
     start = 0
     for end in range(1, len(entries) + 1):

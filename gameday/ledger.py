@@ -227,7 +227,7 @@ class Ledger:
 
     def active(self) -> list[FaultEntry]:
         with self._lock:
-            return [entry for entry in self._entries.values() if entry.reverted_at is None]
+            return [entry for entry in self._entries.values() if entry.active]
 
     def __iter__(self) -> Iterator[FaultEntry]:
         return iter(self.entries())

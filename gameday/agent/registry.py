@@ -24,10 +24,9 @@ import json
 import pathlib
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal
 
 import structlog
 
@@ -65,7 +64,6 @@ REVERT_RETRY_S: Final = 1.0
 _log = structlog.get_logger("gameday.agent")
 
 _EntryState = Literal["applying", "active", "reverting"]
-_K = TypeVar("_K")
 
 
 class UnknownFault(GamedayError):
@@ -304,7 +302,7 @@ class FaultRegistry:
             self._cond.notify_all()
             closing = self._closed
         applied = [entry.fault for entry in entries]
-        for kind, count in _counts(fault.kind for fault in applied).items():
+        for kind, count in Counter(fault.kind for fault in applied).items():
             self.metrics.applied(kind, count)  # once per kind: not per fault
         for fault in applied if writes_info(self._log) else ():
             self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
@@ -577,7 +575,7 @@ class FaultRegistry:
                 self._save(strict=False)
             self._cond.notify_all()
         done = [result for result in results if isinstance(result, Fault)]
-        for (kind, reason), count in _counts(
+        for (kind, reason), count in Counter(
                 (fault.kind, fault.revert_reason or "requested") for fault in done).items():
             self.metrics.reverted(kind, reason, count)  # once per kind and reason
         for result in done if writes_info(self._log) else ():
@@ -662,15 +660,6 @@ class FaultRegistry:
                                  f"({_one_line(exc)})") from exc
             self._log.error("state.save_failed", path=str(self._state.path),
                             error=_one_line(exc))
-
-
-def _counts(keys: Iterable[_K]) -> dict[_K, int]:
-    """How many times each key is in ``keys``, in the order first seen (as
-    :class:`collections.Counter` counts, without its cost for a batch of one)."""
-    counts: dict[_K, int] = {}
-    for key in keys:
-        counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def _distinct(fault_ids: list[str]) -> None:

@@ -48,7 +48,6 @@ class StateFile:
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
         self._directory = DirectorySync(path.parent)
-        self._head: tuple[str, str] | None = None  # a node, and how its saves start
 
     def load(self) -> list[dict[str, Any]]:
         """The faults saved in the file; ``[]`` if there is no file.
@@ -75,12 +74,10 @@ class StateFile:
 
     def save(self, faults: Sequence[str], *, node: str, saved_at: float) -> None:
         """Replace the file's content atomically with ``faults``, each a JSON object as
-        text (:func:`with_state`). The text up to ``saved_at`` is made once per node."""
-        if self._head is None or self._head[0] != node:
-            self._head = (node, f'{{"version":{STATE_VERSION},'
-                                f'"node":{encode_basestring_ascii(node)},"saved_at":')
+        text (:func:`with_state`)."""
         saved = scalar_json(saved_at) or _ENCODER.encode(saved_at)
-        payload = f'{self._head[1]}{saved},"faults":[{",".join(faults)}]}}'
+        payload = (f'{{"version":{STATE_VERSION},"node":{encode_basestring_ascii(node)},'
+                   f'"saved_at":{saved},"faults":[{",".join(faults)}]}}')
         replace_file(self.path, payload.encode("utf-8"), mode=0o600, durable=True,
                      directory=self._directory)
 

@@ -1,7 +1,7 @@
 """Fan-out: inject + revert one fault on 1,024 virtual GPUs across 128 agents, against the
 same targets done one by one as plain Chaos Toolkit activities.
 
-Set-up (not timed): the Kubernetes API stand-in (tests/k8s/kube_standin.py, real HTTP,
+Set-up (not timed): the Kubernetes API stand-in (tests/kubernetes/kube_standin.py, real HTTP,
 in this process) lists 128 GPU nodes and their agent pods; the 128 agents are REAL agent
 HTTP servers with the lab's virtual-GPU backend (8 GPUs each), run as SUBPROCESSES:
 ``--racks`` processes (default 8) of 16 in-process ``AgentServer``s each, so that the
@@ -22,7 +22,7 @@ method (chaoslib imports their module then).
 Timed, in one run, in ``--rounds`` turns (default 3):
 
 - fan-out: the action ``faults.gpu.ecc_error(gpu={percent: 100})`` (one activity:
-  1,024 GPUs, concurrently through :mod:`gameday.fanout`: one batch request per agent,
+  1,024 GPUs, concurrently through :mod:`gameday.engine.fanout`: one batch request per agent,
   ``POST /v1/faults:batch``), then ``faults.gpu.revert`` (one ``:batch-revert`` per agent);
 - sequential: for a third of the GPUs, ``faults.gpu.ecc_error(gpu={node, index})`` then
   ``faults.gpu.revert`` as plain activities through chaoslib's ``run_activity``.
@@ -142,9 +142,9 @@ def main() -> None:
     from chaoslib.activity import ensure_activity_is_valid, run_activity
     from kube_standin import running_standin
 
-    from gameday import session as sessions
-    from gameday.fanout import FanoutOptions
-    from gameday.k8s.target import kubernetes_target
+    from gameday.engine import session as sessions
+    from gameday.engine.fanout import FanoutOptions
+    from gameday.targets.kubernetes.target import kubernetes_target
 
     with tempfile.TemporaryDirectory(prefix="gdk8s-bench-") as tmp, running_standin() as api:
         state = Path(tmp)
@@ -167,7 +167,7 @@ def main() -> None:
                     "arguments": arguments}}
 
             # validated as `gameday run` validates an experiment before its method
-            # (gameday/loader.py), which imports each provider's module
+            # (gameday/experiment/loader.py), which imports each provider's module
             for checked in (activity("ecc_error", gpu={"percent": 100}, **ECC),
                             activity("revert")):
                 ensure_activity_is_valid(checked)

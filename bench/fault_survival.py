@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from gameday.agent.client import AgentClient
+from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
 
 REPO = Path(__file__).resolve().parents[1]

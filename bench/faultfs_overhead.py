@@ -16,8 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from gameday.faultfs.mount import FaultFsMount
-from gameday.faultfs.rules import rule_for_fault
+from gameday.node.faultfs.mount import FaultFsMount
+from gameday.node.faultfs.rules import rule_for_fault
 
 
 def median_read_s(path: Path, reads: int) -> float:

@@ -18,9 +18,9 @@ import argparse
 import sys
 from typing import Any
 
-from faults.backends.cuda import LibCuda, hold_memory
-from faults.backends.nvml import LibNvml, NvmlError, read_gpu
 from gameday.errors import FaultRejected
+from gameday.node.host.cuda import LibCuda, hold_memory
+from gameday.node.host.nvml import LibNvml, NvmlError, read_gpu
 
 MIB = 1 << 20
 

@@ -2,7 +2,7 @@
 
 One embedded lab (2 nodes x 4 virtual GPUs, 6 shards) for the whole bench. For every
 fault kind the lab's node agents offer (``GET /v1/inventory`` -> ``kinds``), ``--trials``
-times: inject through the node's agent (:class:`gameday.agent.client.AgentClient`, the
+times: inject through the node's agent (:class:`gameday.engine.agent_client.AgentClient`, the
 lab token), then poll the fault's *channel* until the fault shows there; the figure is
 the time from the inject call returning to the poll that first shows it (confirmed by
 the next poll, so one slow request under load does not count). Then revert, wait until
@@ -72,9 +72,9 @@ from latency_channels import (
 )
 
 from gameday.errors import GamedayError
-from gameday.faultfs.mount import fuse_mounts
 from gameday.lab import api as lab
-from gameday.nodefaults.cgroups import detect
+from gameday.node.cgroups import detect
+from gameday.node.faultfs.mount import fuse_mounts
 
 OBSERVE_DEADLINE_S = 10.0
 LEASE_S = 60.0

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gameday.agent.client import AgentClient
+from gameday.engine.agent_client import AgentClient
 from gameday.lab.httpjson import fetch_json
 
 __all__ = ["PROBE_TIMEOUT_S", "SETTLE_DEADLINE_S", "BenchError", "Case", "Lab", "Trial",

@@ -5,10 +5,10 @@ verifier results with RTO and re-shard measurements, timeline, verdict) spread o
 every fault kind of the catalogue and every coverage layer, then times, from a cold
 start of the reading code:
 
-- ``coverage_s``: ``gameday.coverage.build`` over the directory (read, SHA-256 and
+- ``coverage_s``: ``gameday.gamedays.coverage.build`` over the directory (read, SHA-256 and
   summarize every file) plus a Markdown and a JSON rendering with requirements checked;
 - ``gate_s``: reading and summarizing the same journals as a playbook run's results,
-  then ``gameday.gate.evaluate`` with every threshold set, the JUnit XML and the
+  then ``gameday.gamedays.gate.evaluate`` with every threshold set, the JUnit XML and the
   Markdown summary.
 
 Last line: ``report_scale: journals=10000 coverage_s=… gate_s=…`` (goal <= 5 s each).
@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from faults.catalogue import CATALOGUE
-from gameday import coverage
-from gameday.extension import COVERAGE_LAYERS
-from gameday.gate import evaluate, junit_xml, markdown_summary
-from gameday.journal import encode
-from gameday.play import ExperimentRun
-from gameday.playbook import Gate, PlannedExperiment, Playbook, Requirement
+from gameday.evidence.journal import encode
+from gameday.experiment.extension import COVERAGE_LAYERS
+from gameday.gamedays import coverage
+from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary
+from gameday.gamedays.play import ExperimentRun
+from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
 from gameday.report.summary import read_summary
 
 GOAL_S = 5.0

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import faults.gpu
 from gameday import logs
-from gameday import session as sessions
-from gameday.extension import Extension
+from gameday.engine import session as sessions
+from gameday.engine.recorder import Reading
+from gameday.experiment.extension import Extension
 from gameday.lab import api as lab
-from gameday.recorder import Reading
-from gameday.targets import lab_target
+from gameday.targets.base import lab_target
 from verifiers.base import HttpPlacementSource
 from verifiers.rto import measure_recovery
 from verifiers.sli import recorder_for

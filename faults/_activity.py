@@ -11,7 +11,7 @@ from typing import Any
 from chaoslib.exceptions import ActivityFailed
 
 from faults.base import FaultKind
-from gameday import session as sessions
+from gameday.engine import session as sessions
 from gameday.errors import GamedayError
 
 

@@ -5,11 +5,11 @@ turn them into ActivityFailed."""
 from collections.abc import Mapping
 from typing import Any
 
-from gameday import session as sessions
-from gameday.agent.client import AgentClient
+from gameday.engine import session as sessions
+from gameday.engine.agent_client import AgentClient
+from gameday.engine.session import Session
 from gameday.errors import BlastRadiusExceeded, InvalidInput
-from gameday.session import Session
-from gameday.targets import Target
+from gameday.targets.base import Target
 
 
 def selector_mapping(selector: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Revert only some of a run's faults (by kind prefix), for activities such as
 ``faults.storage.revert`` that lift their own faults mid-method."""
 
-from gameday import session as sessions
+from gameday.engine import session as sessions
 from gameday.errors import AgentError, GamedayError, TargetUnavailable
 
 

@@ -3,7 +3,8 @@
 They go through the Kubernetes API from the orchestrator (the official client), are
 recorded in the run's ledger with ``via: kubernetes`` and their inverse, and node
 faults are also marked on the node (annotation ``gameday.dev/revert-by`` + the inverse,
-see :mod:`gameday.k8s.marks`): while the run lives it renews the deadline like a lease;
+see :mod:`gameday.targets.kubernetes.marks`): while the run lives it renews the deadline like a
+lease;
 if it dies, the agent on the node undoes the fault once the deadline passes
 (``gameday agent serve --reconcile-kubernetes``).
 
@@ -24,13 +25,13 @@ from chaoslib.exceptions import ActivityFailed
 from faults._activity import failing_activity, revert_run, validated
 from faults.base import FaultKind
 from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
-from gameday import session as sessions
+from gameday.engine import session as sessions
 from gameday.errors import BlastRadiusExceeded, InvalidInput, TargetUnavailable
-from gameday.k8s.marks import Mark
-from gameday.k8s.nodes import NodeEditor, PodRef
-from gameday.k8s.target import VIA, KubernetesTarget
-from gameday.ledger import FaultEntry
-from gameday.locks import target_key
+from gameday.evidence.ledger import FaultEntry
+from gameday.safety.locks import target_key
+from gameday.targets.kubernetes.marks import Mark
+from gameday.targets.kubernetes.nodes import NodeEditor, PodRef
+from gameday.targets.kubernetes.target import VIA, KubernetesTarget
 
 __all__ = ["node_cordon", "node_drain", "node_taint", "pod_kill", "revert"]
 

@@ -16,7 +16,7 @@ from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, inventory_of, selector_mapping
 from faults.base import FaultKind
 from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
-from gameday.agent.client import AgentClient
+from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]

@@ -16,7 +16,7 @@ from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import check_nodes
 from faults.base import FaultKind
 from faults.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
-from gameday import session as sessions
+from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
 
 __all__ = ["cpu_hog", "memory_hog", "revert"]

@@ -17,9 +17,9 @@ from faults._nodes import check_nodes, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
-from gameday import session as sessions
+from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
-from gameday.targets import Target, read_lab_document
+from gameday.targets.base import Target, read_lab_document
 
 __all__ = ["kill", "pause", "resume", "revert"]
 

@@ -14,7 +14,7 @@ from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, selector_mapping
 from faults.base import FaultKind
 from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
-from gameday.agent.client import AgentClient
+from gameday.engine.agent_client import AgentClient
 
 __all__ = ["latency", "revert", "timeout"]
 

@@ -17,7 +17,7 @@ from faults._nodes import check_nodes, inventory_of, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
-from gameday import session as sessions
+from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
 
 __all__ = ["errors", "revert", "revert_storage", "slow", "stall"]

@@ -14,7 +14,7 @@ reverts every fault in the ledger at the end, and marks the journal ``failed`` w
 steady state before was unmet or a fault or verifier failed, so ``chaos run`` exits 1.
 Given an ``sli`` argument (``arguments: {sli: {http: "${service_url}/predict"}}``, see
 ``verifiers.sli``) it records that SLI from just before the method to the end of the run
-(``gameday.recorder``; the journal's ``gameday.sli`` section).
+(``gameday.engine.recorder``; the journal's ``gameday.sli`` section).
 
 Gaps under plain ``chaos run`` (``gameday run`` has none of them): the toolkit's own
 rollback strategy still skips the experiment's rollbacks after an interruption (the
@@ -30,13 +30,15 @@ from typing import Any
 
 import structlog
 
-from gameday import paths, signals, targetconfig, timeouts
-from gameday import session as sessions
+from gameday import paths
+from gameday.engine import session as sessions
+from gameday.engine import signals, timeouts
+from gameday.engine.verdict import judge
 from gameday.errors import GamedayError
-from gameday.extension import parse_extension
-from gameday.safeguards import SafeguardWatch, interrupt_main_thread
-from gameday.targets import open_target
-from gameday.verdict import judge
+from gameday.experiment.extension import parse_extension
+from gameday.safety import targetconfig
+from gameday.safety.safeguards import SafeguardWatch, interrupt_main_thread
+from gameday.targets.base import open_target
 
 log = structlog.get_logger("gameday.controls")
 
@@ -83,7 +85,7 @@ def after_activity_control(context: dict[str, Any], **_: Any) -> None:
 def before_method_control(context: dict[str, Any],
                           configuration: dict[str, Any] | None = None,
                           sli: dict[str, Any] | None = None, **_: Any) -> None:
-    """Start watching the extension's safeguards (``gameday.safeguards``) for the method,
+    """Start watching the extension's safeguards (``gameday.safety.safeguards``) for the method,
     and start the run's SLI recorder when the control has an ``sli`` argument."""
     session = sessions.current()
     if sli is not None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import requests
 
+from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.session import current
 from verifiers._results import one_line
 
 __all__ = ["PromQL", "PromQLError", "Series", "prometheus_url_of", "series_key"]

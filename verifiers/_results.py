@@ -5,8 +5,8 @@ from typing import Any, NoReturn
 import structlog
 from chaoslib.exceptions import ActivityFailed
 
-from gameday.session import current
-from gameday.verdicts import VerifierResult
+from gameday.engine.session import current
+from gameday.engine.verdicts import VerifierResult
 
 log = structlog.get_logger("verifiers")
 

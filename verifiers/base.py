@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gameday.engine.session import current
 from gameday.errors import GamedayError
 from gameday.httpjson import get_json
-from gameday.session import current
 
 __all__ = ["GpuState", "HttpPlacementSource", "LabPlacementSource", "Placement",
            "PlacementError", "PlacementEvent", "PlacementSource", "ShardPlacement",

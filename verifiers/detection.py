@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gameday.engine.session import Session
 from gameday.errors import GamedayError
-from gameday.session import Session
 from verifiers._promql import PromQL, prometheus_url_of
 from verifiers._results import one_line
 from verifiers.base import PlacementSource, gpu_label, placement_source

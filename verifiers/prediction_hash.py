@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.session import current
 from verifiers._http import HttpRequest, send
 from verifiers._results import fail, one_line, record
 from verifiers.canonical import OutputsError, as_array, digest, first_difference

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.clock import Clock
+from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.session import current
 from verifiers._results import fail, record
 from verifiers.base import (
     Placement,

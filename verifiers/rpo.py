@@ -17,8 +17,8 @@ Both record a typed result in the run session and fail with one line when the ob
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.session import current
 from verifiers._promql import PromQL, PromQLError, Series, prometheus_url_of, series_key
 from verifiers._results import fail, record
 

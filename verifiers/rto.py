@@ -1,6 +1,6 @@
 """Recovery time objective: time to detect, time to recover, and RTO after a fault.
 
-``measure_recovery`` folds an SLI timeline (the run's recorder, ``gameday.recorder``,
+``measure_recovery`` folds an SLI timeline (the run's recorder, ``gameday.engine.recorder``,
 or one it records itself) into detection and recovery instants. The onset is the
 agent's ``applied_at`` for the run's most recent fault. The service counts as recovered
 at the first OK sample of the run of OK samples that lasted ``stable_for_s`` seconds,
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.clock import Clock
+from gameday.engine.recorder import Recorder
+from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.recorder import Recorder
-from gameday.session import current
 from verifiers._results import fail, one_line, record
 from verifiers.detection import DetectionSignal, detection_signal
 from verifiers.sli import recorder_for

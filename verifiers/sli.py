@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gameday.clock import Clock
+from gameday.engine.recorder import Channel, Recorder, Sampler, Transition
 from gameday.errors import GamedayError
-from gameday.recorder import Channel, Recorder, Sampler, Transition
 from verifiers._http import HttpRequest, build_request, send
 from verifiers._promql import PromQL, prometheus_url_of
 

@@ -15,8 +15,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_api_client.prometheus_connect import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.session import current
 from verifiers._http import build_request, send
 from verifiers._results import fail, one_line, record
 

@@ -1,6 +1,6 @@
 """Storage fault kinds: a stalled, failing or slow filesystem.
 
-Each is a rule of the fault filesystem (:mod:`gameday.faultfs`), a FUSE passthrough
+Each is a rule of the fault filesystem (:mod:`gameday.node.faultfs`), a FUSE passthrough
 layered over a path; in the lab it serves the weight and checkpoint store.
 """
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from faults.base import FaultKind, Param
 from gameday.errors import InvalidInput
-from gameday.faultfs.rules import ERRNOS, OPERATION_GROUPS, OPERATIONS
+from gameday.node.faultfs.rules import ERRNOS, OPERATION_GROUPS, OPERATIONS
 
 STORAGE_SELECTOR_DOC = ("which filesystem: {mount: store} (a mount the agent lists; the "
                         "lab's weight store) | {path: /abs/dir, node: NAME} (host: layered "

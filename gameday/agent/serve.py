@@ -41,7 +41,7 @@ __all__ = ["BACKENDS", "TOKEN_ENV", "load_backend", "main", "parse_listen"]
 #: only when chosen). Add yours here or pass the spec itself.
 BACKENDS: dict[str, str] = {
     "virtual": "gameday.lab.devices:virtual_backend",
-    "host": "faults.backends.host:host_backend",
+    "host": "gameday.node.host.backend:host_backend",
 }
 
 #: Environment variable read for the token when ``--token-file`` is not given.

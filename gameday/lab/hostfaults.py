@@ -3,7 +3,7 @@
 ``process.kill`` / ``process.pause`` take ``{"pid": N}`` and signal it only when it is
 one of this lab's processes (its command line names the lab directory), never anything
 else on the machine. ``node.cpu_hog`` / ``node.memory_hog`` run a real hog
-(:mod:`gameday.nodefaults.hogs`) in a cgroup whose name carries :func:`lab_scope`, so
+(:mod:`gameday.node.hogs`) in a cgroup whose name carries :func:`lab_scope`, so
 ``gameday lab down`` removes what a killed lab left (:func:`remove_lab_cgroups`).
 The lab's nodes share one machine: a node's hog competes with every shard for CPU,
 within its quota.
@@ -16,9 +16,9 @@ from typing import Any
 from gameday.errors import FaultRejected
 from gameday.lab.layout import LabPaths
 from gameday.lab.proc import process_cmdline
-from gameday.nodefaults.cgroups import group_prefix, remove_groups
-from gameday.nodefaults.hogs import HOG_KINDS, HogFault
-from gameday.nodefaults.processes import PROCESS_KINDS, Resolver, SignalFault
+from gameday.node.cgroups import group_prefix, remove_groups
+from gameday.node.hogs import HOG_KINDS, HogFault
+from gameday.node.processes import PROCESS_KINDS, Resolver, SignalFault
 
 __all__ = ["hog_handlers", "lab_scope", "process_handlers", "remove_lab_cgroups"]
 

@@ -1,7 +1,7 @@
 """A lab node's network link, and the node-level fault handlers that break it.
 
 Every node runs one link, ``uplink``: an HTTP ``CONNECT`` tunnel (a
-:class:`gameday.tcprelay.Relay`) on its own port. The router reaches every shard served
+:class:`gameday.node.tcprelay.Relay`) on its own port. The router reaches every shard served
 from the node's GPUs through it (the data path); management traffic (the agent API,
 metrics scrapes, the controller) does not cross it, as on a cluster with a separate
 management network.
@@ -25,8 +25,8 @@ from typing import Any
 
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
-from gameday.phases import Phase, PhaseRunner, flap_phases, hold_phases
-from gameday.tcprelay import Impairment, Relay
+from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
+from gameday.node.tcprelay import Impairment, Relay
 
 __all__ = ["LINK_NAME", "LabLink", "LinkFault", "link_handlers"]
 

@@ -39,7 +39,7 @@ from gameday.lab.httpjson import (
     json_response,
 )
 from gameday.lab.layout import LabLayout, LabPaths
-from gameday.phases import PhaseRunner, hold_phases
+from gameday.node.phases import PhaseRunner, hold_phases
 
 __all__ = ["RouterFaults", "ServiceFault", "head_node_service_handlers", "service_handlers"]
 

@@ -1,7 +1,7 @@
 """The lab's store on the fault filesystem, and the node handlers that fault it.
 
 The weight store ``DIR/store`` (shard weights; the trainer's ``checkpoints/``) is a
-mount of :mod:`gameday.faultfs` over ``DIR/store.backing``: the supervisor mounts it
+mount of :mod:`gameday.node.faultfs` over ``DIR/store.backing``: the supervisor mounts it
 before writing the weights and unmounts it when it stops; ``gameday lab down``
 lazily unmounts whatever a killed lab left (:func:`unmount_leftovers`). Every node's
 agent applies ``storage.stall``, ``storage.errors`` and ``storage.slow`` to it through
@@ -15,10 +15,10 @@ from typing import Any
 
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
-from gameday.faultfs.control import ControlError, FaultFsClient
-from gameday.faultfs.mount import FaultFsMount, control_socket, fuse_mounts, unmount
-from gameday.faultfs.rules import RuleError, rule_for_fault
 from gameday.lab.layout import LabPaths
+from gameday.node.faultfs.control import ControlError, FaultFsClient
+from gameday.node.faultfs.mount import FaultFsMount, control_socket, fuse_mounts, unmount
+from gameday.node.faultfs.rules import RuleError, rule_for_fault
 
 __all__ = ["STORAGE_KINDS", "StoreFault", "store_mount", "unmount_leftovers"]
 

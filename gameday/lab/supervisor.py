@@ -33,7 +33,6 @@ import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import LabError
-from gameday.faultfs.control import ControlError
 from gameday.lab import prometheus
 from gameday.lab.files import write_json_atomic
 from gameday.lab.httpjson import fetch_json
@@ -42,6 +41,7 @@ from gameday.lab.logs import configure_logging
 from gameday.lab.model import ModelSpec, write_store
 from gameday.lab.proc import parent_death_preexec, python_argv, spawn, stop_processes
 from gameday.lab.storage import store_mount
+from gameday.node.faultfs.control import ControlError
 
 __all__ = ["LAB_JSON_VERSION", "Supervisor", "main"]
 

@@ -13,8 +13,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from gameday.costs import Fleet, project
 from gameday.errors import InvalidInput
+from gameday.gamedays.costs import Fleet, project
 from gameday.report.summary import JournalSummary, read_journal
 from gameday.report.svg import objectives_svg, timeline_svg
 from gameday.report.terminal import verdict_table

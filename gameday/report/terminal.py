@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gameday.play import PlaybookRun
+    from gameday.gamedays.play import PlaybookRun
 
 PIPE_WIDTH = 240
 _STYLES = {"PASS": "green", "PASSED": "bold green", "ok": "green", "FAIL": "red",
@@ -115,7 +115,7 @@ def print_playbook(result: "PlaybookRun", console: "Console") -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from gameday.gate import projections
+    from gameday.gamedays.gate import projections
 
     table = Table("experiment", "expect", "outcome", "as expected", "RTO", "journal sha256",
                   title=f"playbook: {result.playbook.title}", box=box.SIMPLE_HEAD)

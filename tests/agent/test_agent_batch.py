@@ -14,11 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from agent_marker import KIND, MarkerBackend
-from test_agent_http import raw
 
 from gameday.agent.backend import FaultRequest
-from gameday.agent.client import AgentClient, BatchFailed, LeaseLost
 from gameday.agent.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BATCH_ITEMS,
@@ -29,9 +26,12 @@ from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import AgentServer
 from gameday.agent.state import StateFile
 from gameday.clock import FakeClock
+from gameday.engine.agent_client import AgentClient, BatchFailed, LeaseLost
+from gameday.engine.leases import LeaseRenewer
 from gameday.errors import AgentError
-from gameday.leases import LeaseRenewer
-from gameday.ledger import FaultEntry, Ledger
+from gameday.evidence.ledger import FaultEntry, Ledger
+from tests.agent.agent_marker import KIND, MarkerBackend
+from tests.agent.test_agent_http import raw
 
 TOKEN = "batch-token-0123456789"
 BATCH_PATHS = ("/v1/faults:batch", "/v1/faults:batch-revert", "/v1/faults:batch-renew")

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from agent_marker import KIND, MarkerBackend
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gameday.agent.backend import FaultRequest
 from gameday.agent.conflicts import TargetIndex, first_holder, target_key
 from gameday.agent.registry import BatchRejected, FaultConflict, FaultRegistry
+from tests.agent.agent_marker import KIND, MarkerBackend
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity, as the registry's faults are

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from agent_marker import KIND, MarkerBackend
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,6 +33,7 @@ from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import _fault_reply, _faults_reply
 from gameday.clock import FakeClock
 from gameday.lab.devices import VirtualGpuBackend
+from tests.agent.agent_marker import KIND, MarkerBackend
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8)

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agent_marker import KIND, MarkerBackend, wait_for
 
-from gameday.agent.client import AgentClient, LeaseLost
 from gameday.agent.protocol import MAX_BODY_BYTES
 from gameday.agent.server import AgentServer
+from gameday.engine.agent_client import AgentClient, LeaseLost
 from gameday.errors import AgentError
+from tests.agent.agent_marker import KIND, MarkerBackend, wait_for
 
 TOKEN = "s3cret-token-0123456789"
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import pytest
-from agent_marker import MarkerBackend
 
 from gameday.agent.httphead import MAX_FIELDS, MAX_LINE_BYTES
 from gameday.agent.server import AgentServer
+from tests.agent.agent_marker import MarkerBackend
 
 TOKEN = "s3cret-token-0123456789"
 

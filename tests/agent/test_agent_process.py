@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
 
-from gameday.agent.client import AgentClient
 from gameday.agent.serve import load_backend, parse_listen
+from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
+from tests.agent.agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
 
 TOKEN = "process-token-42"
 

@@ -6,7 +6,6 @@ import pathlib
 import threading
 
 import pytest
-from agent_marker import KIND, MarkerBackend
 
 from gameday.agent.backend import FaultRequest
 from gameday.agent.registry import (
@@ -20,6 +19,7 @@ from gameday.agent.registry import (
 )
 from gameday.clock import FakeClock
 from gameday.errors import AgentError, FaultRejected, InvalidInput
+from tests.agent.agent_marker import KIND, MarkerBackend
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ import json
 import os
 import pathlib
 
-from agent_marker import KIND, MarkerBackend
-
 from gameday.agent.backend import FaultRequest
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import AgentServer
 from gameday.agent.state import StateFile
+from tests.agent.agent_marker import KIND, MarkerBackend
 
 
 def open_fds() -> set[int]:

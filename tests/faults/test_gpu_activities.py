@@ -12,7 +12,7 @@ from chaoslib.exceptions import ActivityFailed
 from faults import gpu
 from faults.catalogue import CATALOGUE, by_activity
 from gameday.errors import InvalidInput
-from gameday.loader import load_experiment
+from gameday.experiment.loader import load_experiment
 from tests.conftest import cli_env, gameday
 
 EXPERIMENTS = ("gpu-oom-restart", "gpu-thermal-throttle", "gpu-fall-off-bus")

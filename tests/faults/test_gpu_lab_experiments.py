@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.client import AgentClient
+from gameday.engine.agent_client import AgentClient
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab

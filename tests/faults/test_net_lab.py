@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.client import AgentClient
+from gameday.engine.agent_client import AgentClient
 from gameday.lab.httpjson import fetch_json
 from tests.conftest import cli_env, gameday, read_json
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gameday.agent.client import AgentClient
-from gameday.faultfs.mount import fuse_mounts
+from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
+from gameday.node.faultfs.mount import fuse_mounts
 from tests.conftest import cli_env, gameday, read_json
-from tests.faults.gdsto_support import PREFIX, PREFIX_ENV, our_cgroups, our_processes
+from tests.node.storage_support import PREFIX, PREFIX_ENV, our_cgroups, our_processes
 
 pytestmark = pytest.mark.lab
 

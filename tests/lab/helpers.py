@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gameday.agent.client import AgentClient
-from gameday.faultfs.mount import fuse_mounts
+from gameday.engine.agent_client import AgentClient
 from gameday.lab.httpjson import fetch_json
 from gameday.lab.proc import group_members, pid_alive
+from gameday.node.faultfs.mount import fuse_mounts
 
 T = TypeVar("T")
 

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gameday.agent.client import AgentClient
 from gameday.agent.server import AgentServer
+from gameday.engine.agent_client import AgentClient
 from gameday.lab.devices import VirtualGpuBackend
-from gameday.targets import Target
+from gameday.targets.base import Target
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

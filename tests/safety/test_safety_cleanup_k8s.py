@@ -1,7 +1,7 @@
 """`gameday cleanup` for Kubernetes-level faults left by a dead run, and for ledger
 entries whose agent no longer exists (``--forget-unreachable``).
 
-Stand-ins: the Kubernetes API is tests/k8s/kube_standin.py, a STAND-IN served over real
+Stand-ins: the Kubernetes API is tests/kubernetes/kube_standin.py, a STAND-IN served over real
 HTTP and driven by the REAL ``kubernetes`` client (no cluster exists on this machine);
 the agents' GPUs are virtual (no NVML). Real: the orchestrator process that applies a
 cordon and a taint with the real ``faults.k8s`` code and is killed with SIGKILL, the
@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
-from gameday.cleanup import cleanup
 from gameday.clock import FakeClock
-from gameday.k8s.config import KubeSettings, api_client
-from gameday.k8s.marks import MARKS_ANNOTATION
-from gameday.k8s.nodes import NodeEditor
-from gameday.ledger import FaultEntry, append_event, read_ledger
-from gameday.targetconfig import TargetConfig
-from tests.k8s.kube_standin import KubeStandin, running_standin
+from gameday.evidence.ledger import FaultEntry, append_event, read_ledger
+from gameday.safety.cleanup import cleanup
+from gameday.safety.targetconfig import TargetConfig
+from gameday.targets.kubernetes.config import KubeSettings, api_client
+from gameday.targets.kubernetes.marks import MARKS_ANNOTATION
+from gameday.targets.kubernetes.nodes import NodeEditor
+from tests.kubernetes.kube_standin import KubeStandin, running_standin
+from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
 NAMESPACE = "gameday-system"
 
@@ -39,9 +39,9 @@ ORCHESTRATOR = """
 import sys, time
 from pathlib import Path
 import faults.k8s as k8s
-from gameday import session as sessions
-from gameday.extension import Extension
-from gameday.k8s.target import kubernetes_target
+from gameday.engine import session as sessions
+from gameday.experiment.extension import Extension
+from gameday.targets.kubernetes.target import kubernetes_target
 url, token, ledger = sys.argv[1:4]
 target = kubernetes_target({"k8s_api_url": url, "k8s_api_token": token})
 sessions.activate(sessions.Session(target=target, ledger_path=Path(ledger),

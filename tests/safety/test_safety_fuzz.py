@@ -24,12 +24,12 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
 from gameday.agent.server import AgentServer
 from gameday.errors import InvalidInput
-from gameday.loader import MAX_DEPTH, load_experiment
-from gameday.targetconfig import load_target_config
+from gameday.experiment.loader import MAX_DEPTH, load_experiment
+from gameday.safety.targetconfig import load_target_config
+from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
 CASES: dict[str, int] = {}
 FLAGSHIP = yaml.safe_load((REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml").read_text())
@@ -179,7 +179,7 @@ playbook_documents = st.fixed_dictionaries({"title": st.text(max_size=5) | json_
 @FUZZ
 @given(document=playbook_documents)
 def test_playbook_loader(document: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    playbook = pytest.importorskip("gameday.playbook", reason="no playbook loader yet")
+    playbook = pytest.importorskip("gameday.gamedays.playbook", reason="no playbook loader yet")
     tmp = tmp_path_factory.mktemp("pb")
     _check_load(_write(tmp, "playbook.yaml", yaml.safe_dump(document)), playbook.load_playbook,
                 "playbook")

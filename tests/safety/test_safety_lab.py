@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
-from safety_helpers import REPO, env_for, gameday, wait_for
 
-from gameday.agent.client import AgentClient
-from gameday.locks import live_holders
+from gameday.engine.agent_client import AgentClient
+from gameday.safety.locks import live_holders
 from tests.conftest import read_json
+from tests.safety.safety_helpers import REPO, env_for, gameday, wait_for
 
 pytestmark = pytest.mark.lab
 GAMEDAY = str(Path(sys.executable).parent / "gameday")

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from safety_helpers import TOKEN, virtual_agents
 
-from gameday.agent.client import AgentClient
-from gameday.ledger import read_ledger
-from gameday.session import Session
-from gameday.targets import Target
+from gameday.engine.agent_client import AgentClient
+from gameday.engine.session import Session
+from gameday.evidence.ledger import read_ledger
+from gameday.targets.base import Target
+from tests.safety.safety_helpers import TOKEN, virtual_agents
 
 ECC = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}
 

@@ -12,16 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from safety_helpers import TOKEN, active, env_for, gameday, target_of, virtual_agents
 
-from gameday.cleanup import cleanup
+from gameday.engine.session import InjectRequest, Session
 from gameday.errors import BlastRadiusExceeded
-from gameday.extension import BlastRadius, Extension
-from gameday.ledger import append_event, read_ledger
-from gameday.locks import TargetLocked, TargetLocks, live_holders, target_key
-from gameday.session import InjectRequest, Session
-from gameday.targetconfig import AgentEndpoint, TargetConfig
-from gameday.targets import GpuRef
+from gameday.evidence.ledger import append_event, read_ledger
+from gameday.experiment.extension import BlastRadius, Extension
+from gameday.safety.cleanup import cleanup
+from gameday.safety.locks import TargetLocked, TargetLocks, live_holders, target_key
+from gameday.safety.targetconfig import AgentEndpoint, TargetConfig
+from gameday.targets.base import GpuRef
+from tests.safety.safety_helpers import TOKEN, active, env_for, gameday, target_of, virtual_agents
 
 ECC = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}
 
@@ -72,7 +72,8 @@ def test_target_keys_name_node_and_target_in_safe_characters(
 
 
 def test_a_lock_dies_with_its_holder(tmp_path: Path) -> None:
-    code = ("import sys, time; from pathlib import Path; from gameday.locks import TargetLocks;"
+    code = ("import sys, time; from pathlib import Path;"
+            "from gameday.safety.locks import TargetLocks;"
             "TargetLocks(Path(sys.argv[1]), 'doomed').acquire('node-0.gpu-0');"
             "print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from gameday import signals
 from gameday.clock import FakeClock
+from gameday.engine import signals
 from gameday.errors import InvalidInput
-from gameday.extension import SafeguardSpec, parse_extension
-from gameday.safeguards import SafeguardBreached, SafeguardWatch, Unmeasurable, measure
+from gameday.experiment.extension import SafeguardSpec, parse_extension
+from gameday.safety.safeguards import SafeguardBreached, SafeguardWatch, Unmeasurable, measure
 
 
 class _Flip(http.server.BaseHTTPRequestHandler):

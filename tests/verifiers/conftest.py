@@ -4,7 +4,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from verifier_helpers import (
+
+from gameday.engine.session import Session, deactivate
+from tests.verifiers.verifier_helpers import (
     PROMETHEUS,
     ModelServer,
     PlacementServer,
@@ -13,8 +15,6 @@ from verifier_helpers import (
     placement_document,
     shard,
 )
-
-from gameday.session import Session, deactivate
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 from chaoslib.exceptions import ActivityFailed
-from verifier_helpers import ModelServer, free_port
 
-from gameday.session import Session
+from gameday.engine.session import Session
+from tests.verifiers.verifier_helpers import ModelServer, free_port
 from verifiers.canonical import digest
 from verifiers.inputs import golden_inputs
 from verifiers.prediction_hash import matches_golden, save_golden, verify_predictions

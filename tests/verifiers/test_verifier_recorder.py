@@ -1,4 +1,4 @@
-"""gameday.recorder and the RTO verifier's use of it: ticks on a FakeClock; the background
+"""gameday.engine.recorder and the RTO verifier's use of it: ticks on a FakeClock; the background
 recorder against a real HTTP model server that fails for a known wall-clock window;
 time to detect from a placement event log (a JSON endpoint, not the lab) and from a
 real Prometheus scraping a test exporter; the run control starting the recorder and the
@@ -9,7 +9,12 @@ import time
 import pytest
 from chaoslib.exceptions import ActivityFailed
 from prometheus_client import Gauge
-from verifier_helpers import (
+
+from gameday import controls
+from gameday.clock import FakeClock
+from gameday.engine.recorder import Channel, Reading, Recorder
+from gameday.engine.session import Session, deactivate
+from tests.verifiers.verifier_helpers import (
     ModelServer,
     PlacementServer,
     PrometheusUnderTest,
@@ -19,11 +24,6 @@ from verifier_helpers import (
     record_fault,
     shard,
 )
-
-from gameday import controls
-from gameday.clock import FakeClock
-from gameday.recorder import Channel, Reading, Recorder
-from gameday.session import Session, deactivate
 from verifiers._promql import PromQL
 from verifiers.base import HttpPlacementSource
 from verifiers.detection import PlacementDetection, PromQLDetection

@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 from chaoslib.exceptions import ActivityFailed
-from verifier_helpers import (
+
+from gameday.clock import FakeClock
+from gameday.engine.session import Session, deactivate
+from gameday.targets.base import Target
+from tests.verifiers.verifier_helpers import (
     PlacementServer,
     free_port,
     new_session,
@@ -19,10 +23,6 @@ from verifier_helpers import (
     record_fault,
     shard,
 )
-
-from gameday.clock import FakeClock
-from gameday.session import Session, deactivate
-from gameday.targets import Target
 from verifiers.base import (
     HttpPlacementSource,
     Placement,

@@ -4,7 +4,7 @@ Real: a Prometheus server scraping a test exporter that serves dcgm-exporter-sty
 series (``gpu``, ``UUID``, ``pod``, ``namespace``; one node labelled ``Hostname`` as in
 dcgm-exporter releases, the other ``hostname`` as on its newest code), the official
 ``kubernetes`` client, real HTTP. STAND-IN: the Kubernetes API itself
-(``tests/k8s/kube_standin.py``, a small JSON/HTTP server speaking core/v1 pods and
+(``tests/kubernetes/kube_standin.py``, a small JSON/HTTP server speaking core/v1 pods and
 nodes), since no cluster exists here; and the "controller" that moves the shard is the
 test, changing the pods and the dcgm series as a scheduler and dcgm-exporter would.
 """
@@ -18,10 +18,15 @@ import kubernetes.client  # noqa: F401 (imported now: it takes a while on a busy
 import pytest
 from chaoslib.exceptions import ActivityFailed
 from prometheus_client.metrics_core import Metric
-from verifier_helpers import PrometheusUnderTest, new_session, only_result, record_fault
 
-from gameday.session import deactivate
-from tests.k8s.kube_standin import KubeStandin
+from gameday.engine.session import deactivate
+from tests.kubernetes.kube_standin import KubeStandin
+from tests.verifiers.verifier_helpers import (
+    PrometheusUnderTest,
+    new_session,
+    only_result,
+    record_fault,
+)
 from verifiers.reshard import verify_reshard
 
 SHARD = "gameday.dev/shard"

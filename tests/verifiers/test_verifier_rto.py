@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 from chaoslib.exceptions import ActivityFailed
-from verifier_helpers import ModelServer, new_session, only_result, record_fault
 
 from gameday.clock import FakeClock
-from gameday.session import Session, deactivate
+from gameday.engine.session import Session, deactivate
+from tests.verifiers.verifier_helpers import ModelServer, new_session, only_result, record_fault
 from verifiers.rto import (
     Probe,
     RecoveryTracker,
@@ -85,7 +85,7 @@ def test_rto_is_from_onset_to_the_first_ok_sample_of_the_stable_run() -> None:
     assert result["rto_s"] == 7.5 and result["met"] is True and result["slo_s"] == 20
     assert result["failures"] == 55
     assert clock.now() == pytest.approx(5010.5)  # stopped once stable for 3 s
-    from gameday.session import current
+    from gameday.engine.session import current
     recorded = only_result(current())
     assert recorded.verifier == "rto.measure_recovery" and recorded.passed is True
     assert recorded.reason == "rto 7.5 s <= slo 20 s"
@@ -99,7 +99,7 @@ def test_missed_slo_says_by_how_much() -> None:
     with pytest.raises(ActivityFailed) as caught:
         run(clock, outage(clock, (0.0, 23.4)), slo_s=20)
     assert str(caught.value) == "rto 23.4 s > slo 20 s (missed by 3.4 s)"
-    from gameday.session import current
+    from gameday.engine.session import current
     recorded = only_result(current())
     assert recorded.passed is False and recorded.measurement["rto_s"] == 23.4
     assert recorded.measurement["met"] is False
@@ -131,7 +131,7 @@ def test_never_failing_sli_recovers_at_the_first_sample_unless_an_outage_is_expe
     result = run(clock, outage(clock))
     assert result["detected_at"] is None and result["recovered_at"] == 0.0
     assert result["rto_s"] == 0.0 and result["met"] is None
-    from gameday.session import current
+    from gameday.engine.session import current
     assert only_result(current()).reason == "rto 0.0 s (no slo); the SLI never failed"
     clock = FakeClock(start=0.0)
     with pytest.raises(ActivityFailed, match=r"timeout 5 s \(the SLI never failed\)"):

@@ -3,16 +3,16 @@
 
 import pytest
 from chaoslib.exceptions import ActivityFailed
-from verifier_helpers import (
+
+from gameday.engine.session import Session, deactivate
+from gameday.targets.base import Target
+from tests.verifiers.verifier_helpers import (
     ModelServer,
     PrometheusUnderTest,
     free_port,
     new_session,
     only_result,
 )
-
-from gameday.session import Session, deactivate
-from gameday.targets import Target
 from verifiers.steady import http_latency_ok, percentile, prometheus_query_ok
 
 # -- HTTP latency -------------------------------------------------------------------------

@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 from chaoslib.experiment import ensure_experiment_is_valid, run_experiment
-from verifier_helpers import (
+
+import verifiers
+from gameday.engine.session import deactivate
+from gameday.targets.base import Target
+from tests.verifiers.verifier_helpers import (
     FAULT_HOOKS,
     ModelServer,
     PlacementServer,
@@ -14,10 +18,6 @@ from verifier_helpers import (
     placement_document,
     shard,
 )
-
-import verifiers
-from gameday.session import deactivate
-from gameday.targets import Target
 
 
 def probe(name: str, module: str, func: str, tolerance: Any = None,

@@ -27,11 +27,11 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.extension import Extension, Slo
-from gameday.ledger import FaultEntry
-from gameday.session import Session, activate, current
-from gameday.targets import Target
-from gameday.verdicts import VerifierResult
+from gameday.engine.session import Session, activate, current
+from gameday.engine.verdicts import VerifierResult
+from gameday.evidence.ledger import FaultEntry
+from gameday.experiment.extension import Extension, Slo
+from gameday.targets.base import Target
 
 PROMETHEUS = "/usr/bin/prometheus"
 

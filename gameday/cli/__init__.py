@@ -1,0 +1,1 @@
+"""The ``gameday`` command line: parsing, dispatch, and printing what the engines return."""

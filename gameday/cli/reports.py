@@ -1,0 +1,158 @@
+"""The game-day commands of the CLI: play, gate, schedule, coverage, report.
+
+``gameday.cli.main`` registers them with ``add_commands`` and dispatches with ``dispatch``.
+Exit codes as everywhere: 0 passed, 1 failed (an experiment, an SLO, a required
+coverage cell), 2 invalid input (nothing injected), 130/143 interrupted.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+COMMANDS = ("play", "gate", "schedule", "coverage", "report")
+
+
+def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fleet-gpus", type=int, metavar="N",
+                        help="fleet size to project costs onto (default 16384)")
+    parser.add_argument("--interruptions-per-gpu-day", type=float, metavar="RATE",
+                        help="interruption rate (default: Llama 3's, 419 / 54 days / 16384)")
+
+
+def add_commands(commands: Any) -> None:
+    """Add the game-day subcommands to the ``gameday`` parser's subparsers."""
+    play = commands.add_parser("play", help="run a playbook (a game day)")
+    play.add_argument("playbook", type=Path)
+    play.add_argument("--journal-dir", type=Path, help="where the journals go (default "
+                                                       "journals/<stamp>-<playbook>)")
+    play.add_argument("--lab-dir", type=Path, help="lab directory")
+
+    gate = commands.add_parser("gate", help="run a playbook as a release gate")
+    gate.add_argument("playbook", type=Path)
+    gate.add_argument("--journal-dir", type=Path)
+    gate.add_argument("--lab-dir", type=Path)
+    gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+    gate.add_argument("--summary", type=Path, metavar="FILE",
+                      help="write a Markdown summary (for a pull-request comment)")
+
+    schedule = commands.add_parser("schedule", help="a playbook's schedule as cron")
+    schedule.add_argument("playbook", type=Path)
+    schedule.add_argument("--emit", choices=["cronjob", "crontab"], required=True)
+    schedule.add_argument("--image", help="container image (cronjob)")
+    schedule.add_argument("--namespace", default="gameday", help="namespace (cronjob)")
+
+    coverage = commands.add_parser("coverage", help="fault x layer coverage from journals")
+    coverage.add_argument("directory", type=Path)
+    coverage.add_argument("--format", choices=["md", "html", "csv", "json"], default="md")
+    coverage.add_argument("--require", type=Path, metavar="FILE",
+                          help="playbook or requirement file with coverage.require")
+    coverage.add_argument("-o", "--output", type=Path, metavar="FILE")
+
+    report = commands.add_parser("report", help="render one journal as HTML or Markdown")
+    report.add_argument("journal", type=Path)
+    report.add_argument("--format", choices=["html", "md"], default="html")
+    report.add_argument("-o", "--output", type=Path, metavar="FILE")
+    _fleet_arguments(report)
+
+
+def _fleet(args: argparse.Namespace, default: Any = None) -> Any:
+    from gameday.gamedays.costs import Fleet
+
+    base = default or Fleet()
+    gpus = getattr(args, "fleet_gpus", None)
+    rate = getattr(args, "interruptions_per_gpu_day", None)
+    if gpus is None and rate is None:
+        return base
+    return Fleet(gpus=gpus or base.gpus,
+                 interruptions_per_gpu_day=base.interruptions_per_gpu_day if rate is None
+                 else rate,
+                 source=base.source if rate is None else "--interruptions-per-gpu-day")
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from gameday.evidence.journal import atomic_write
+
+    atomic_write(output, text.encode())
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def _lab_dir(args: argparse.Namespace) -> Path | None:
+    return args.lab_dir.absolute() if getattr(args, "lab_dir", None) else None
+
+
+def _play(args: argparse.Namespace) -> int:
+    from gameday.gamedays.play import play
+    from gameday.gamedays.playbook import load_playbook
+
+    playbook = load_playbook(args.playbook)
+    return play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args)).exit_code
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from gameday.gamedays.gate import evaluate, write_outputs
+    from gameday.gamedays.play import play
+    from gameday.gamedays.playbook import load_playbook
+
+    playbook = load_playbook(args.playbook)
+    result = play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args))
+    if result.interrupted_exit is not None:
+        return result.interrupted_exit
+    verdict = evaluate(playbook, result.runs)
+    write_outputs(verdict, result.runs, junit=args.junit, summary=args.summary,
+                  command=f"gameday gate {args.playbook}")
+    for case in verdict.failures:
+        print(f"gate: FAIL {case.classname} > {case.name}: {case.message}")
+    print(f"gate: {'PASSED' if verdict.passed else 'FAILED'} ({verdict.count('passed')} "
+          f"passed, {len(verdict.failures)} failed, {verdict.count('xfail')} expected "
+          f"failures)" + (f"; JUnit {args.junit}" if args.junit else "")
+          + (f"; summary {args.summary}" if args.summary else ""))
+    return verdict.exit_code
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from gameday.gamedays.playbook import load_playbook
+    from gameday.gamedays.schedule import CronJobOptions, cronjob_yaml, crontab_line
+
+    playbook = load_playbook(args.playbook)
+    if args.emit == "crontab":
+        print(crontab_line(playbook, repo=Path.cwd()))
+        return 0
+    options = CronJobOptions(namespace=args.namespace)
+    if args.image:
+        options = CronJobOptions(namespace=args.namespace, image=args.image)
+    sys.stdout.write(cronjob_yaml(playbook, options))
+    return 0
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from gameday.gamedays import coverage
+    from gameday.gamedays.playbook import load_requirements
+
+    requirements = load_requirements(args.require) if args.require else []
+    matrix = coverage.build(args.directory)
+    matrix.check(requirements)
+    _write(coverage.render(matrix, args.format), args.output)
+    for finding in matrix.findings:
+        print(f"coverage: {finding.line()}", file=sys.stderr)
+    if requirements:
+        met = len(requirements) - len(matrix.findings)
+        print(f"coverage: {met} of {len(requirements)} required cells met", file=sys.stderr)
+    return matrix.exit_code
+
+
+def _report(args: argparse.Namespace) -> int:
+    from gameday.report.document import report
+
+    _write(report(args.journal, args.format, _fleet(args)), args.output)
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run one of ``COMMANDS``."""
+    handlers = {"play": _play, "gate": _gate, "schedule": _schedule, "coverage": _coverage,
+                "report": _report}
+    return handlers[args.command](args)

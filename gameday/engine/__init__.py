@@ -1,0 +1,1 @@
+"""Running one experiment: the runner, its session, fan-out, leases, signals, timeouts, verdicts."""

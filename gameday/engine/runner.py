@@ -1,0 +1,316 @@
+"""``gameday run``: one experiment on the Chaos Toolkit, with gameday's guarantees.
+
+Flow (DESIGN §3): load + validate → open the target (starting a lab if the target is
+``lab`` and none runs) → resolve every fault's targets and check the blast radius →
+run on chaoslib with rollbacks always played, signals mapped to interruptions and
+timeouts enforced (through ``gameday.controls``) → revert everything in the ledger →
+judge → write the journal → print the verdict table. Nothing is injected when
+validation, target resolution or the blast-radius check fails.
+"""
+
+import copy
+import datetime
+import platform
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import chaoslib
+from chaoslib.rollback import run_rollbacks
+from chaoslib.run import Runner
+from chaoslib.types import Strategy
+
+import gameday
+from faults.catalogue import by_activity
+from gameday import paths
+from gameday.engine import session as sessions
+from gameday.engine import signals
+from gameday.engine.progress import ProgressPrinter
+from gameday.engine.verdict import Verdict, judge
+from gameday.errors import GamedayError, InvalidInput
+from gameday.evidence.journal import write_journal
+from gameday.evidence.redaction import experiment_secrets, scrub
+from gameday.experiment.loader import LoadedExperiment, load_experiment
+from gameday.report.terminal import print_verdict
+from gameday.safety import targetconfig
+from gameday.safety.locks import target_key
+from gameday.targets.base import GpuRef, Target, open_target
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+CONTROL = {"name": "gameday", "provider": {"type": "python", "module": "gameday.controls"}}
+SETTINGS = {"runtime": {"rollbacks": {"strategy": "always"}}}
+
+
+@dataclass
+class RunOptions:
+    path: Path
+    target: str | None = None
+    journal_path: Path | None = None
+    variables: dict[str, str] = field(default_factory=dict)
+    dry_run: bool = False
+    lab_dir: Path = field(default_factory=paths.lab_dir)
+    out: TextIO = sys.stdout
+    target_config: Path | None = None  # else $GAMEDAY_TARGET_CONFIG
+    sign_key: Path | None = None
+
+
+@dataclass
+class PlannedFault:
+    activity: str
+    kind: str
+    gpus: list[GpuRef]
+    injected_at: str
+    lease_s: float
+
+    def line(self) -> str:
+        where = ", ".join(g.label() for g in self.gpus) or "-"
+        return (f"  {self.activity}: {self.kind} on {where} (injected_at={self.injected_at}, "
+                f"lease {self.lease_s:g} s)")
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int
+    journal_path: Path | None = None
+    verdict: Verdict | None = None
+
+
+def parse_vars(pairs: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--var must be KEY=VALUE, got {pair!r}", path="--var")
+        values[key] = value
+    return values
+
+
+def _configuration(experiment: dict[str, Any], target: Target | None,
+                   variables: dict[str, str]) -> dict[str, Any]:
+    configuration = dict(experiment.get("configuration") or {})
+    for key, value in (target.configuration() if target else {}).items():
+        configuration.setdefault(key, value)
+    configuration.update(variables)
+    return configuration
+
+
+def plan_faults(loaded: LoadedExperiment, target: Target | None,
+                session: sessions.Session) -> list[PlannedFault]:
+    """Resolve every fault action's targets and check the blast radius; inject nothing."""
+    planned: list[PlannedFault] = []
+    for position, activity in enumerate(loaded.experiment.get("method") or []):
+        provider = activity.get("provider") or {}
+        kind = by_activity(str(provider.get("module")), str(provider.get("func")))
+        if kind is None or activity.get("type") != "action":
+            continue
+        where = f"method[{position}].provider.arguments"
+        arguments = provider.get("arguments") or {}
+        gpus: list[GpuRef] = []
+        if target is None:
+            raise InvalidInput(f"fault {kind.name} needs a target (use --target lab or set "
+                               "extensions[gameday].target)", file=str(loaded.path),
+                               path=f"method[{position}]",
+                               line=loaded.line_of(f"method[{position}]"))
+        if kind.selector == "gpu":
+            try:
+                gpus = target.resolve_gpus(arguments.get("gpu") or {}, where=f"{where}.gpu")
+            except InvalidInput as exc:
+                raise InvalidInput(str(exc).split(": ", 1)[-1], file=str(loaded.path),
+                                   path=exc.path, line=loaded.line_of(f"{where}.gpu")) from None
+        planned.append(PlannedFault(
+            activity=str(activity.get("name")), kind=kind.name, gpus=gpus,
+            injected_at=kind.injected_at.get(target.kind, "?"),
+            lease_s=float(arguments.get("lease_s") or session.extension.lease_s)))
+    try:
+        session.check_blast_radius([g for p in planned for g in p.gpus])
+    except InvalidInput as exc:
+        raise InvalidInput(str(exc), file=str(loaded.path), path="extensions.gameday.blast_radius",
+                           line=loaded.line_of("extensions")) from None
+    return planned
+
+
+def _default_journal_path(experiment_path: Path) -> Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    slug = re.sub(r"[^a-z0-9-]+", "-", experiment_path.stem.lower()).strip("-") or "experiment"
+    return paths.journals_dir() / f"{stamp}-{slug}.json"
+
+
+def _environment() -> dict[str, Any]:
+    return {"host": platform.node(), "python": platform.python_version(),
+            "gameday": gameday.__version__, "chaoslib": chaoslib.__version__,
+            "argv": sys.argv}
+
+
+class _LabLease:
+    """Starts a lab for the run when none runs, and stops only the one it started."""
+
+    def __init__(self, lab_dir: Path, out: TextIO) -> None:
+        self.lab_dir = lab_dir
+        self.out = out
+        self.started = False
+
+    def ensure(self) -> None:
+        from gameday.lab import api as lab
+
+        if not lab.running(self.lab_dir):
+            print(f"starting the lab in {self.lab_dir} ...", file=self.out, flush=True)
+            self.started = True
+            lab.up(self.lab_dir)
+
+    def release(self) -> None:
+        if self.started:
+            from gameday.lab import api as lab
+
+            print("stopping the lab ...", file=self.out, flush=True)
+            lab.down(self.lab_dir)
+
+
+def run(options: RunOptions) -> RunOutcome:
+    """Run one experiment file; return its exit code (and journal path)."""
+    loaded = load_experiment(options.path)
+    config = targetconfig.from_environment(options.target_config)
+    sign_key = None
+    if options.sign_key:
+        from gameday.evidence import signing  # cryptography loads only for signed runs
+
+        sign_key = signing.load_private(options.sign_key)
+    kind = options.target or loaded.extension.target or "none"
+    signals.reset()
+    signals.install()
+    lab_lease = _LabLease(options.lab_dir, options.out)
+    session: sessions.Session | None = None
+    try:
+        if kind == "lab":
+            lab_lease.ensure()
+        target = open_target(kind, options.variables, lab_dir=options.lab_dir)
+        session = sessions.Session(target=target, extension=loaded.extension,
+                                   ledger_path=paths.ledger_path(), target_config=config)
+        planned = plan_faults(loaded, target, session)
+        for item in planned:  # refused here, before anything is injected, if another run
+            for gpu in item.gpus:  # holds one of the targets
+                session.locks.acquire(target_key(gpu.node, {"gpu": gpu.index}))
+        _print_plan(kind, planned, session, options.out)
+        if options.dry_run:
+            print("dry run: nothing injected", file=options.out)
+            return RunOutcome(0)
+        return _execute(loaded, target, session, kind, options, sign_key)
+    except signals.Interrupted as interrupted:
+        print(f"gameday: {interrupted}; nothing left injected", file=sys.stderr)
+        return RunOutcome(interrupted.exit_code)
+    finally:
+        with signals.deferred():
+            if session is not None:
+                session.locks.release_all()
+            lab_lease.release()
+
+
+def _print_plan(kind: str, planned: list[PlannedFault], session: sessions.Session,
+                out: TextIO) -> None:
+    print(f"plan: target={kind}, {len(planned)} fault(s), run {session.run_id}", file=out)
+    for item in planned:
+        print(item.line(), file=out)
+    config = session.target_config
+    if config.allowed_nodes is not None:
+        print(f"  allowlist ({config.source}): nodes {', '.join(sorted(config.allowed_nodes))}",
+              file=out)
+    for guard in session.extension.safeguards:
+        bounds = ", ".join(f"{name} {value:g}" for name, value in
+                           (("min", guard.min), ("max", guard.max), ("equals", guard.equals))
+                           if value is not None)
+        source = f"promql {guard.promql}" if guard.promql else f"http {guard.http}"
+        print(f"  safeguard {guard.name}: {source} ({bounds}; every {guard.interval_s:g} s)",
+              file=out)
+    if session.locks.held():
+        print(f"  locks: {', '.join(session.locks.held())}", file=out)
+
+
+def _secrets(experiment: dict[str, Any], target: Target | None) -> set[str]:
+    """Every secret this run knows: experiment secrets, secret config, agent tokens."""
+    found = experiment_secrets(experiment)
+    for client in (target.agents.values() if target else ()):
+        token = getattr(client, "_token", None)  # the client keeps its bearer token private
+        if isinstance(token, str):
+            found.add(token)
+    return found
+
+
+def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.Session,
+             kind: str, options: RunOptions,
+             sign_key: "Ed25519PrivateKey | None" = None) -> RunOutcome:
+    experiment = copy.deepcopy(loaded.experiment)
+    experiment["configuration"] = _configuration(experiment, target, options.variables)
+    controls = experiment.setdefault("controls", [])
+    if not any(c.get("provider", {}).get("module") == "gameday.controls" for c in controls):
+        controls.append(copy.deepcopy(CONTROL))
+    printer = ProgressPrinter(options.out)
+    error: str | None = None
+    journal: dict[str, Any] | None = None
+    sessions.activate(session)
+    try:
+        runner = Runner(Strategy.DEFAULT)
+        runner.register_event_handler(printer)
+        journal = runner.run(experiment, settings=copy.deepcopy(SETTINGS))
+    except signals.Interrupted:
+        journal = printer.journal
+    except Exception as exc:  # the toolkit let an exception escape (fix 5)
+        journal = printer.journal
+        error = f"the run stopped on an error: {type(exc).__name__}: {exc}"
+        print(f"gameday: {error}; rolling back", file=options.out)
+        with signals.deferred():
+            try:
+                runs = list(run_rollbacks(experiment, experiment["configuration"], {}, None,
+                                          None))
+                if journal is not None:
+                    journal["rollbacks"] = [run for run in runs if isinstance(run, dict)]
+            except Exception as rollback_exc:
+                error += f"; rollbacks raised {rollback_exc}"
+    finally:
+        with signals.deferred():
+            failures = session.close("run-ended")
+        sessions.deactivate()
+    journal = journal or {"status": "failed", "experiment": experiment, "run": []}
+    if error:
+        journal["status"] = "failed"
+    if session.breach:
+        error = f"{error}; {session.breach}" if error else session.breach
+    verdict = judge(journal, signal_exit=signals.STATE.exit_code, error=error,
+                    revert_failures=failures)
+    if verdict.status == "interrupted":
+        journal["status"] = "interrupted"
+    journal["gameday"] = {
+        "version": 1, "run_id": session.run_id, "target": kind,
+        "target_source": target.source if target else None,
+        "experiment_file": str(options.path),
+        "extension": {"coverage": dict(loaded.extension.coverage),
+                      "slo": vars(loaded.extension.slo),
+                      "blast_radius": vars(loaded.extension.blast_radius),
+                      "lease_s": loaded.extension.lease_s,
+                      "safeguards": [vars(s) for s in loaded.extension.safeguards]},
+        "target_config": session.target_config.source or None,
+        "faults": [entry.to_json() for entry in session.ledger],
+        "verifiers": [result.to_json() for result in session.results],
+        "timeline": [event.to_json() for event in session.timeline],
+        "sli": session.recorder.to_json() if session.recorder else None,
+        "verdict": verdict.to_json(),
+        "environment": _environment(),
+    }
+    journal_path = options.journal_path or _default_journal_path(options.path)
+    journal = scrub(journal, _secrets(experiment, target))
+    with signals.deferred():
+        write_journal(journal_path, journal, sign_key)
+    print_verdict(journal, options.out)
+    print(f"journal: {journal_path}", file=options.out)
+    return RunOutcome(verdict.exit_code, journal_path, verdict)
+
+
+def run_safely(options: RunOptions) -> int:
+    """``run`` with user mistakes turned into one line on stderr and exit 2."""
+    try:
+        return run(options).exit_code
+    except GamedayError as exc:
+        print(f"gameday: {exc}", file=sys.stderr)
+        return exc.exit_code

@@ -1,0 +1,324 @@
+"""The run session: what faults and verifiers share while one experiment runs.
+
+Chaos Toolkit calls activities as plain functions, so the session is process-global:
+the runner (or the ``gameday.controls`` module under ``chaos run``) opens one, fault
+actions inject through it, verifiers read the fault onset and record their results in
+it, and closing it reverts everything still in the ledger.
+"""
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.engine.leases import FaultRoute, LeaseRenewer
+from gameday.engine.recorder import Recorder
+from gameday.engine.verdicts import VerifierResult
+from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
+from gameday.evidence.ledger import FaultEntry, Ledger
+from gameday.experiment.extension import Extension
+from gameday.safety.locks import TargetLocks, target_key
+from gameday.safety.targetconfig import TargetConfig
+from gameday.targets.base import GpuRef, Target
+
+if TYPE_CHECKING:
+    from gameday.engine.fanout import FanoutOptions
+
+log = structlog.get_logger("gameday.engine.session")
+
+
+@dataclass(frozen=True)
+class InjectRequest:
+    """One fault to inject through an agent: on ``node``, ``kind`` at ``target``."""
+
+    node: str
+    kind: str
+    target: Mapping[str, Any]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
+        if set(self.target) == {"gpu"}:
+            return f"{self.node}/gpu{self.target['gpu']}"
+        where = ",".join(f"{k}={v}" for k, v in sorted(self.target.items()))
+        return f"{self.node}/{where}" if where else self.node
+
+
+@dataclass
+class TimelineEvent:
+    t: float
+    name: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": self.t, "event": self.name, **self.detail}
+
+
+class Session:
+    """One experiment run's shared state."""
+
+    def __init__(self, *, target: Target | None = None, extension: Extension | None = None,
+                 ledger_path: Path | None = None, clock: Clock = SYSTEM_CLOCK,
+                 run_id: str | None = None, target_config: TargetConfig | None = None
+                 ) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.target = target
+        self.extension = extension or Extension()
+        self.ledger = Ledger(ledger_path, self.run_id)
+        self.clock = clock
+        self.results: list[VerifierResult] = []
+        self.golden: dict[str, Any] = {}
+        self.timeline: list[TimelineEvent] = []
+        self.activity = ""  # the name of the activity running now (set by the control)
+        self._lock = threading.Lock()
+        # how faults applied other than through an agent are renewed and reverted, by via
+        self.routes: dict[str, FaultRoute] = {}
+        self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock,
+                                    routes=self.routes)
+        self.recorder: Recorder | None = None  # the run's SLI recorder (gameday.engine.recorder)
+        self.target_config = target_config or TargetConfig()
+        # one flock per faulted target, next to the ledger: $GAMEDAY_HOME/locks
+        self.locks = TargetLocks(ledger_path.parent / "locks" if ledger_path else None,
+                                 self.run_id)
+        self.breach: str | None = None  # why a safeguard interrupted the run
+        self._fleet: int | None = None
+
+    # -- target --------------------------------------------------------------------
+    def require_target(self) -> Target:
+        if self.target is None:
+            raise TargetUnavailable(
+                "this activity needs a target: run with `gameday run --target lab` or add the "
+                "gameday extension with a target")
+        return self.target
+
+    # -- faults ----------------------------------------------------------------------
+    def check_blast_radius(self, new_gpus: list[GpuRef]) -> None:
+        """Refuse (before injecting) a fault that would take the run past its blast radius."""
+        limit = self.extension.blast_radius
+        touched = {(e.node, e.target.get("gpu")) for e in self.ledger if "gpu" in e.target}
+        touched |= {(g.node, g.index) for g in new_gpus}
+        nodes = {node for node, _ in touched}
+        outside = sorted(n for n in nodes if not self.target_config.node_allowed(n))
+        if outside:
+            raise BlastRadiusExceeded(
+                f"node {outside[0]} is not in the allowlist of {self.target_config.source} "
+                f"(allow.nodes: {', '.join(sorted(self.target_config.allowed_nodes or ()))}); "
+                "nothing injected")
+        if limit.max_gpus is not None and len(touched) > limit.max_gpus:
+            raise BlastRadiusExceeded(
+                f"{len(touched)} GPUs would be faulted, blast_radius.max_gpus is "
+                f"{limit.max_gpus}; nothing injected")
+        if limit.max_nodes is not None and len(nodes) > limit.max_nodes:
+            raise BlastRadiusExceeded(
+                f"{len(nodes)} nodes would be faulted, blast_radius.max_nodes is "
+                f"{limit.max_nodes}; nothing injected")
+        if limit.max_percent is not None and touched:
+            fleet = self.fleet_gpus()
+            percent = 100.0 * len(touched) / fleet if fleet else 100.0
+            if percent > limit.max_percent:
+                raise BlastRadiusExceeded(
+                    f"{len(touched)} of the fleet's {fleet} GPUs ({percent:.1f}%) would be "
+                    f"faulted, blast_radius.max_percent is {limit.max_percent:g}; "
+                    "nothing injected")
+
+    def check_namespace(self, namespace: str) -> None:
+        """Refuse (before injecting) a Kubernetes-level fault outside ``allow.namespaces``."""
+        if not self.target_config.namespace_allowed(namespace):
+            raise BlastRadiusExceeded(
+                f"namespace {namespace} is not in the allowlist of {self.target_config.source} "
+                f"(allow.namespaces: "
+                f"{', '.join(sorted(self.target_config.allowed_namespaces or ()))}); "
+                "nothing injected")
+
+    def fleet_gpus(self) -> int:
+        """How many GPUs the whole target has, from the agents' inventories (cached)."""
+        if self._fleet is None:
+            self._fleet = len(self.require_target().gpus())
+        return self._fleet
+
+    def inject(self, *, node: str, kind: str, target: dict[str, Any], params: dict[str, Any],
+               action: str = "", lease_s: float | None = None, record: bool = True
+               ) -> FaultEntry:
+        """Apply one fault through the node's agent, under a lease, and record it (unless
+        ``record`` is false: then the caller records it with :meth:`record_applied`).
+
+        The single-fault path of :meth:`inject_many`: the same admission
+        (:meth:`admit`), entry and record; one plain ``POST /v1/faults``."""
+        client = self.require_target().agent(node)
+        self.admit(node, target)
+        lease = self.lease(lease_s)
+        fault = client.inject(kind, target, params, lease)
+        entry = self.entry(InjectRequest(node, kind, target, params), client.url, fault,
+                           lease=lease, action=action)
+        if record:
+            self.record_applied([entry])
+        return entry
+
+    def inject_many(self, requests: Sequence["InjectRequest"], *, action: str = "",
+                    lease_s: float | None = None, options: "FanoutOptions | None" = None
+                    ) -> list[FaultEntry]:
+        """Apply many faults concurrently, one batch per agent, all or nothing
+        (:func:`gameday.engine.fanout.inject_requests`): each admitted as by :meth:`inject`,
+        all recorded with one ledger write. Returns the entries in the order of
+        ``requests``; raises :class:`gameday.engine.fanout.FanoutFailed` (with a result per
+        request) after rolling back, or a single request's own error."""
+        from gameday.engine.fanout import FanoutOptions, inject_requests
+        return inject_requests(self, requests, action=action, lease_s=lease_s,
+                               options=options or FanoutOptions())
+
+    def lease(self, lease_s: float | None = None) -> float:
+        """The lease a fault gets: ``lease_s``, else the extension's ``lease_s``."""
+        return float(lease_s or self.extension.lease_s)
+
+    def admit(self, node: str, target: Mapping[str, Any]) -> None:
+        """Before a fault is injected on ``node``/``target``: refuse a node outside the
+        allowlist (:class:`BlastRadiusExceeded`), then take the target's lock
+        (:class:`gameday.safety.locks.TargetLocked` naming the holder)."""
+        self.admit_many(node, [target])
+
+    def admit_many(self, node: str, targets: Sequence[Mapping[str, Any]]) -> None:
+        """:meth:`admit` for several targets of one node, in order: the allowlist is
+        checked once, the locks are taken together (a refused one raises
+        :class:`gameday.safety.locks.TargetLocked` with its ``index``; those before it stay
+        locked)."""
+        if not self.target_config.node_allowed(node):
+            raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
+                                      f"{self.target_config.source}; nothing injected")
+        self.locks.acquire_many([target_key(node, target) for target in targets])
+
+    @staticmethod
+    def entry(request: "InjectRequest", agent_url: str, fault: Mapping[str, Any], *,
+              lease: float, action: str = "") -> FaultEntry:
+        """The ledger entry of ``request`` as the agent applied it (``fault``)."""
+        return FaultEntry(
+            id=str(fault["id"]), kind=request.kind, node=request.node, agent_url=agent_url,
+            target=dict(request.target), params=dict(request.params),
+            injected_at=str(fault.get("injected_at", "")),
+            applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
+            lease_s=lease, action=action, details=dict(fault.get("details") or {}))
+
+    def record_applied(self, entries: Sequence[FaultEntry]) -> None:
+        """Record applied agent faults (one fsync'd ledger write), put them on the
+        timeline, and start the lease renewer."""
+        if not entries:
+            return
+        self.ledger.record_applied_many(list(entries))  # fsync'd (a fan-out wrote them)
+        self.events("fault_applied", [
+            {"id": entry.id, "kind": entry.kind, "node": entry.node, "target": entry.target,
+             "injected_at": entry.injected_at, "at": entry.applied_at} for entry in entries])
+        self.renewer.start()
+        if len(entries) == 1:
+            entry = entries[0]
+            log.info("fault applied", id=entry.id, kind=entry.kind, node=entry.node,
+                     target=entry.target, injected_at=entry.injected_at)
+
+    def record_external(self, entry: FaultEntry, route: FaultRoute) -> None:
+        """Record a fault applied other than through an agent (``entry.via``, e.g. a
+        cordon through the Kubernetes API); ``route`` renews and reverts it."""
+        self.routes[entry.via] = route
+        self.ledger.record_applied(entry)
+        self.event("fault_applied", id=entry.id, kind=entry.kind, node=entry.node,
+                   target=entry.target, injected_at=entry.injected_at, at=entry.applied_at)
+        self.renewer.start()
+
+    def _revert_routed(self, reason: str) -> list[str]:
+        failures: list[str] = []
+        for entry in [e for e in self.ledger.active() if e.via != "agent"]:
+            try:
+                reverted_at, why = self.routes[entry.via].revert(entry)
+                self.ledger.record_reverted(entry.id, reverted_at, why)
+                self.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
+            except (GamedayError, KeyError) as exc:
+                failures.append(f"{entry.kind} {entry.id} on {entry.node} via {entry.via}: "
+                                f"{exc}")
+        return failures
+
+    def revert_all(self, reason: str = "rollback") -> list[str]:
+        """Revert every fault still active in the ledger; return one line per failure."""
+        failures: list[str] = self._revert_routed(reason)
+        if self.target is not None and len(self.ledger.active()) > 1:  # many: concurrently
+            from gameday.engine.fanout import revert_entries
+            revert_entries(self, self.ledger.active(), reason)
+        for entry in self.ledger.active():
+            try:
+                client = self.require_target().agent(entry.node)
+                fault = client.revert(entry.id)
+                reverted_at = float(fault.get("reverted_at") or self.clock.now())
+                self.ledger.record_reverted(entry.id, reverted_at,
+                                            str(fault.get("revert_reason") or reason))
+                self.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
+            except (AgentError, TargetUnavailable) as exc:
+                failures.append(f"{entry.kind} {entry.id} on {entry.node}: {exc}")
+        return failures
+
+    def fault_onset(self) -> float | None:
+        """When the most recent fault was applied (the agent's ``applied_at``)."""
+        entries = self.ledger.entries()
+        return max((e.applied_at for e in entries), default=None)
+
+    def faulted_gpus(self) -> list[GpuRef]:
+        return [GpuRef(node=e.node, index=int(e.target["gpu"])) for e in self.ledger
+                if isinstance(e.target.get("gpu"), int)]
+
+    # -- results and timeline --------------------------------------------------------
+    def record(self, result: VerifierResult) -> None:
+        with self._lock:
+            if not result.at:
+                result.at = self.clock.now()
+            if not result.name:
+                result.name = self.activity
+            self.results.append(result)
+
+    def event(self, name: str, /, **detail: Any) -> None:
+        self.events(name, [detail])
+
+    def events(self, name: str, details: Iterable[dict[str, Any]]) -> None:
+        """Put an event ``name`` per detail on the timeline, all at one time."""
+        now = self.clock.now()
+        with self._lock:
+            self.timeline.extend(TimelineEvent(now, name, detail) for detail in details)
+
+    def close(self, reason: str = "rollback") -> list[str]:
+        if self.recorder is not None:
+            self.recorder.stop()
+        failures = self.revert_all(reason)
+        self.renewer.stop()
+        self.locks.release_all()
+        return failures
+
+
+_current: Session | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> Session:
+    """The active session; a bare one (no target) when called outside a run."""
+    global _current
+    with _current_lock:
+        if _current is None:
+            _current = Session()
+        return _current
+
+
+def active() -> Session | None:
+    """The session a runner or control opened, or None."""
+    with _current_lock:
+        return _current
+
+
+def activate(session: Session) -> Session:
+    global _current
+    with _current_lock:
+        _current = session
+    return session
+
+
+def deactivate() -> None:
+    global _current
+    with _current_lock:
+        _current = None

@@ -1,0 +1,1 @@
+"""Evidence of a run: the fault ledger, journals, signatures, audit and redaction."""

@@ -1,0 +1,1 @@
+"""Experiments as documents: loading, validation, the ``gameday`` extension, typed field access."""

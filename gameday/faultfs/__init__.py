@@ -1,9 +1,0 @@
-"""The fault filesystem: a FUSE passthrough over a backing directory that can be made
-slow, stalled or failing while it stays mounted.
-
-It runs as its own process (``python -m gameday.faultfs --backing B --mountpoint M
---control SOCK``); faults are switched on and off through a small unix-socket channel
-(:mod:`gameday.faultfs.control`) as :class:`~gameday.faultfs.rules.Rule` values. Both
-the lab (its weight and checkpoint store) and the real host backend
-(``faults.backends.fusefs``) use it; it imports neither.
-"""

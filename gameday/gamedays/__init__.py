@@ -1,0 +1,1 @@
+"""Game days: playbooks, play, gate, schedule, coverage, costs and fault mixes."""

@@ -1,0 +1,303 @@
+"""Playbooks: game days, release gates and audit runs as one validated YAML file.
+
+A playbook is an ordered list of experiments (each with its own variables and an
+expected outcome), or a draw of N experiments from a fault mix, or both (the listed
+ones run first), plus what to do on a failure, an optional schedule, gate thresholds,
+the fleet to project costs onto, and the coverage an audit requires.
+
+```yaml
+version: 1
+title: Release gate
+description: the resilience checks a release must pass
+target: lab                        # optional: overrides every experiment's target
+on_failure: continue               # or stop: skip the rest after the first unexpected result
+variables: {}                      # --var KEY=VALUE for every experiment
+experiments:
+  - path: ../experiments/gpu-ecc-dbe-reshard.yaml     # relative to this file
+    name: ecc-dbe-reshard          # optional; default: the file's stem
+    variables: {}
+  - path: ../experiments/gpu-silent-corruption.yaml
+    expect: fail                   # a known weakness: the gate passes while it still fails
+draw: {mix: fault-mix/llama3.yaml, count: 3, seed: 7}
+schedule: {cron: "0 10 * * 3", timezone: UTC}
+gate: {rto_max_s: 20, rto_p95_s: 15, rpo_max_s: 60, reshard_max_s: 10, detect_max_s: 5,
+       min_ettr: 0.99, min_pass_rate: 1.0}
+costs: {fleet_gpus: 16384, interruptions_per_gpu_day: 0.000474, rpo_s: 0}   # rpo_s: used
+                                   # when no experiment measured an RPO (seconds redone)
+coverage:
+  require:
+    - {fault: gpu.ecc, layer: device, scenarios: 1, label: GPU ECC errors}
+```
+
+Every experiment is loaded and validated when the playbook is, so a playbook with one
+bad experiment fails (exit 2) before anything is injected.
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from croniter import croniter
+
+from gameday.errors import InvalidInput
+from gameday.experiment.docfields import Document, join
+from gameday.experiment.extension import COVERAGE_LAYERS
+from gameday.experiment.loader import load_experiment
+from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, LLAMA3_SOURCE, Fleet
+from gameday.gamedays.faultmix import EXPECTATIONS, FaultMix, load_mix
+
+ON_FAILURE = ("continue", "stop")
+TARGETS = ("lab", "host", "kubernetes", "none")
+GATE_KEYS = ("rto_max_s", "rto_p95_s", "rpo_max_s", "reshard_max_s", "detect_max_s",
+             "min_ettr", "min_pass_rate")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class PlannedExperiment:
+    """One experiment a playbook runs, in order."""
+
+    name: str
+    path: Path
+    expect: str = "pass"
+    variables: Mapping[str, str] = field(default_factory=dict)
+    drawn_from: str | None = None  # the fault-mix category, for drawn experiments
+
+
+@dataclass(frozen=True)
+class Schedule:
+    cron: str
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Thresholds a gate applies on top of every experiment's own verdict and SLOs."""
+
+    rto_max_s: float | None = None
+    rto_p95_s: float | None = None
+    rpo_max_s: float | None = None
+    reshard_max_s: float | None = None
+    detect_max_s: float | None = None
+    min_ettr: float | None = None
+    min_pass_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A coverage cell an audit requires: at least ``scenarios`` passing scenarios."""
+
+    fault: str
+    layer: str
+    scenarios: int = 1
+    label: str = ""
+
+    @property
+    def cell(self) -> tuple[str, str]:
+        return self.fault, self.layer
+
+    def describe(self) -> str:
+        what = f"{self.label} ({self.fault})" if self.label else self.fault
+        return f"{what} at {self.layer} level"
+
+
+@dataclass(frozen=True)
+class DrawSpec:
+    mix: FaultMix
+    count: int
+    seed: int
+
+
+@dataclass
+class Playbook:
+    path: Path
+    title: str
+    description: str
+    experiments: list[PlannedExperiment]
+    on_failure: str = "continue"
+    target: str | None = None
+    draw: DrawSpec | None = None
+    schedule: Schedule | None = None
+    gate: Gate = Gate()
+    fleet: Fleet = field(default_factory=Fleet)
+    rpo_s: float = 0.0
+    requirements: list[Requirement] = field(default_factory=list)
+    variables: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^a-z0-9-]+", "-", self.path.stem.lower()).strip("-") or "playbook"
+
+    def plan(self) -> list[PlannedExperiment]:
+        """Listed experiments first, then the seeded draw from the fault mix."""
+        planned = list(self.experiments)
+        if self.draw is not None:
+            taken = {p.name for p in planned}
+            for position, drawn in enumerate(self.draw.mix.draw(self.draw.count,
+                                                                self.draw.seed)):
+                name = f"draw{position + 1}-{drawn.experiment.path.stem}"
+                while name in taken:
+                    name += "-again"
+                taken.add(name)
+                planned.append(PlannedExperiment(name, drawn.experiment.path,
+                                                 drawn.experiment.expect, dict(self.variables),
+                                                 drawn_from=drawn.category))
+        return planned
+
+
+def _variables(doc: Document, where: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for key, value in doc.mapping(where).items():
+        if isinstance(value, dict | list) or value is None:
+            doc.fail("must be a string, number or boolean", join(where, str(key)))
+        values[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    return values
+
+
+def _experiments(doc: Document) -> list[PlannedExperiment]:
+    planned: list[PlannedExperiment] = []
+    for position, _ in enumerate(doc.sequence("experiments")):
+        where = f"experiments[{position}]"
+        doc.mapping(where, required=True)
+        doc.only_keys(where, ("path", "name", "expect", "variables"))
+        path_text = str(doc.text(join(where, "path"), required=True))
+        path = doc.relative(path_text)
+        if not path.is_file():
+            doc.fail(f"no such experiment file {path_text!r} (paths are relative to "
+                     f"{doc.path.parent})", join(where, "path"))
+        try:
+            load_experiment(path)
+        except InvalidInput as exc:
+            doc.fail(f"experiment does not validate: {exc}", join(where, "path"))
+        name = str(doc.text(join(where, "name"), default=path.stem))
+        if not _NAME.match(name):
+            doc.fail(f"must be letters, digits, '.', '_' or '-', got {name!r}",
+                     join(where, "name"))
+        if name in {p.name for p in planned}:
+            doc.fail(f"name {name!r} is used twice; give each run its own name",
+                     join(where, "name"))
+        planned.append(PlannedExperiment(
+            name=name, path=path, expect=doc.choice(join(where, "expect"), EXPECTATIONS, "pass"),
+            variables=_variables(doc, join(where, "variables"))))
+    return planned
+
+
+def _draw(doc: Document) -> DrawSpec | None:
+    if doc.get("draw") is None:
+        return None
+    doc.mapping("draw")
+    doc.only_keys("draw", ("mix", "count", "seed"))
+    mix_text = str(doc.text("draw.mix", required=True))
+    mix_path = doc.relative(mix_text)
+    if not mix_path.is_file():
+        doc.fail(f"no such fault-mix file {mix_text!r}", "draw.mix")
+    try:
+        mix = load_mix(mix_path)
+    except InvalidInput as exc:
+        doc.fail(f"fault mix does not validate: {exc}", "draw.mix")
+    if not mix.drawable:
+        doc.fail("no category of this fault mix has an experiment to draw", "draw.mix")
+    count = doc.number("draw.count", minimum=1, maximum=1000, integer=True)
+    seed = doc.number("draw.seed", minimum=0, integer=True)
+    if count is None or seed is None:
+        doc.fail("is required (the draw must be reproducible)",
+                 "draw.count" if count is None else "draw.seed")
+    return DrawSpec(mix, int(count), int(seed))
+
+
+def _schedule(doc: Document) -> Schedule | None:
+    if doc.get("schedule") is None:
+        return None
+    doc.mapping("schedule")
+    doc.only_keys("schedule", ("cron", "timezone"))
+    cron = str(doc.text("schedule.cron", required=True))
+    if len(cron.split()) != 5 or not croniter.is_valid(cron):
+        doc.fail(f"not a valid 5-field cron expression: {cron!r}", "schedule.cron")
+    timezone = str(doc.text("schedule.timezone", default="UTC"))
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(timezone)
+    except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError):
+        doc.fail(f"unknown time zone {timezone!r} (use an IANA name such as UTC or "
+                 "Europe/Paris)", "schedule.timezone")
+    return Schedule(cron, timezone)
+
+
+def _gate(doc: Document) -> Gate:
+    doc.mapping("gate")
+    doc.only_keys("gate", GATE_KEYS)
+    values: dict[str, Any] = {}
+    for key in GATE_KEYS:
+        bounded = key in ("min_ettr", "min_pass_rate")
+        values[key] = doc.number(f"gate.{key}", minimum=0, maximum=1 if bounded else None)
+    return Gate(**values)
+
+
+def _costs(doc: Document) -> tuple[Fleet, float]:
+    doc.mapping("costs")
+    doc.only_keys("costs", ("fleet_gpus", "interruptions_per_gpu_day", "rpo_s", "source"))
+    gpus = doc.number("costs.fleet_gpus", minimum=1, integer=True, default=Fleet().gpus)
+    rate = doc.number("costs.interruptions_per_gpu_day", minimum=0)
+    source = doc.text("costs.source", default=None)
+    fleet = Fleet(gpus=int(gpus or 1),
+                  interruptions_per_gpu_day=LLAMA3_RATE_PER_GPU_DAY if rate is None else rate,
+                  source=source or (LLAMA3_SOURCE if rate is None else "playbook costs"))
+    return fleet, float(doc.number("costs.rpo_s", minimum=0, default=0.0) or 0.0)
+
+
+def requirements_of(doc: Document) -> list[Requirement]:
+    """The ``coverage.require`` list of a playbook or requirement-only file."""
+    doc.mapping("coverage")
+    doc.only_keys("coverage", ("require",))
+    required: list[Requirement] = []
+    for position, _ in enumerate(doc.sequence("coverage.require")):
+        where = f"coverage.require[{position}]"
+        doc.mapping(where, required=True)
+        doc.only_keys(where, ("fault", "layer", "scenarios", "label"))
+        layer = doc.choice(join(where, "layer"), COVERAGE_LAYERS, "")
+        scenarios = doc.number(join(where, "scenarios"), minimum=1, integer=True, default=1)
+        required.append(Requirement(fault=str(doc.text(join(where, "fault"), required=True)),
+                                    layer=layer, scenarios=int(scenarios or 1),
+                                    label=str(doc.text(join(where, "label"), default=""))))
+    return required
+
+
+def load_requirements(path: Path) -> list[Requirement]:
+    """Coverage requirements from a playbook or a requirement-only file."""
+    doc = Document.read(path)
+    required = requirements_of(doc)
+    if not required:
+        doc.fail("lists no required coverage cells", "coverage.require")
+    return required
+
+
+def load_playbook(path: Path) -> Playbook:
+    """Read and validate a playbook and every experiment it names; inject nothing."""
+    doc = Document.read(path)
+    doc.only_keys("", ("version", "title", "description", "target", "on_failure", "variables",
+                       "experiments", "draw", "schedule", "gate", "costs", "coverage"))
+    version = doc.number("version", integer=True, default=1)
+    if version != 1:
+        doc.fail(f"unsupported playbook version {version:g} (this gameday reads version 1)",
+                 "version")
+    target = doc.text("target")
+    if target is not None and target not in TARGETS:
+        doc.fail(f"must be one of {', '.join(TARGETS)}, got {target!r}", "target")
+    shared = _variables(doc, "variables")
+    experiments = [PlannedExperiment(p.name, p.path, p.expect, {**shared, **p.variables})
+                   for p in _experiments(doc)]
+    draw = _draw(doc)
+    if not experiments and draw is None:
+        doc.fail("a playbook needs experiments, a draw from a fault mix, or both",
+                 "experiments")
+    fleet, rpo_s = _costs(doc)
+    playbook = Playbook(
+        path=path, title=str(doc.text("title", required=True)),
+        description=str(doc.text("description", default="")), experiments=experiments,
+        on_failure=doc.choice("on_failure", ON_FAILURE, "continue"), target=target, draw=draw,
+        schedule=_schedule(doc), gate=_gate(doc), fleet=fleet, rpo_s=rpo_s,
+        requirements=requirements_of(doc), variables=shared)
+    return playbook

@@ -1,0 +1,151 @@
+"""``gameday schedule``: a playbook's ``schedule`` as a crontab line or a Kubernetes CronJob.
+
+The CronJob is built with the Kubernetes client's models (``V1CronJob`` and friends),
+serialized with ``ApiClient.sanitize_for_serialization`` and read back through
+``ApiClient().deserialize`` into a ``V1CronJob``, so a manifest that does not fit the
+API's schema fails here rather than at ``kubectl apply``. It runs ``gameday play`` in
+the gameday image under the ``gameday`` service account (``deploy/``), one game day at a
+time (``concurrencyPolicy: Forbid``), never retried (a game day is not idempotent),
+with journals on a persistent volume claim.
+"""
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gameday import __version__
+from gameday.errors import InvalidInput
+from gameday.gamedays.playbook import Playbook
+
+DEFAULT_IMAGE = f"ghcr.io/gameday/gameday:{__version__}"
+
+
+@dataclass(frozen=True)
+class CronJobOptions:
+    namespace: str = "gameday"
+    image: str = DEFAULT_IMAGE
+    service_account: str = "gameday"
+    journals_claim: str = "gameday-journals"
+    workdir: str = "/work"
+    history: int = 5
+
+
+def _require_schedule(playbook: Playbook) -> tuple[str, str]:
+    if playbook.schedule is None:
+        raise InvalidInput("has no schedule: add `schedule: {cron: \"0 10 * * 3\"}`",
+                           file=str(playbook.path), path="schedule")
+    return playbook.schedule.cron, playbook.schedule.timezone
+
+
+def crontab_line(playbook: Playbook, *, repo: Path, journals: Path | None = None) -> str:
+    """One crontab line that runs the game day from the repository checkout.
+
+    cron has no per-line time zone, so a non-UTC playbook gets a ``CRON_TZ=`` line
+    first (cronie and systemd-cron read it; Debian's cron needs the host in that zone).
+    """
+    cron, timezone = _require_schedule(playbook)
+    journal_dir = journals or repo / "journals"
+    stamp = "$(date -u +\\%Y\\%m\\%dT\\%H\\%M\\%SZ)"  # cron needs % escaped
+    log = repo / ".gameday" / "logs" / f"{playbook.slug}.cron.log"
+    command = (f"cd {shlex.quote(str(repo))} && .venv/bin/gameday play "
+               f"{shlex.quote(str(playbook.path))} --journal-dir "
+               f"{shlex.quote(str(journal_dir / playbook.slug))}/{stamp}"
+               f" >> {shlex.quote(str(log))} 2>&1")
+    prefix = f"CRON_TZ={timezone}\n" if timezone != "UTC" else ""
+    return f"{prefix}{cron} {command}"
+
+
+def _name(playbook: Playbook) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", f"gameday-{playbook.slug}".lower()).strip("-")
+    return name[:52].rstrip("-")  # CronJob names are at most 52 characters
+
+
+def _in_image(path: Path) -> str:
+    """The playbook's path inside the image: relative to the checkout (the working dir)."""
+    absolute = path.absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def cronjob(playbook: Playbook, options: CronJobOptions | None = None) -> dict[str, Any]:
+    """The CronJob manifest, built with and checked against the client's models."""
+    from kubernetes import client
+
+    options = options or CronJobOptions()
+    cron, timezone = _require_schedule(playbook)
+    name = _name(playbook)
+    labels = {"app.kubernetes.io/name": "gameday", "app.kubernetes.io/component": "gameday",
+              "gameday/playbook": playbook.slug}
+    playbook_path = _in_image(playbook.path)
+    container = client.V1Container(
+        name="gameday", image=options.image, image_pull_policy="IfNotPresent",
+        working_dir=options.workdir,
+        command=["gameday", "play", playbook_path, "--journal-dir",
+                 f"/journals/{playbook.slug}"],
+        env=[client.V1EnvVar(name="GAMEDAY_HOME", value="/journals/.gameday")],
+        volume_mounts=[client.V1VolumeMount(name="journals", mount_path="/journals")],
+        resources=client.V1ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"},
+                                                limits={"memory": "1Gi"}))
+    pod = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=labels),
+        spec=client.V1PodSpec(
+            service_account_name=options.service_account, restart_policy="Never",
+            containers=[container],
+            volumes=[client.V1Volume(name="journals", persistent_volume_claim=(
+                client.V1PersistentVolumeClaimVolumeSource(claim_name=options.journals_claim)))]))
+    job = client.V1CronJob(
+        api_version="batch/v1", kind="CronJob",
+        metadata=client.V1ObjectMeta(
+            name=name, namespace=options.namespace, labels=labels,
+            annotations={"gameday/playbook-title": playbook.title}),
+        spec=client.V1CronJobSpec(
+            schedule=cron, time_zone=timezone, concurrency_policy="Forbid",
+            starting_deadline_seconds=3600,
+            successful_jobs_history_limit=options.history,
+            failed_jobs_history_limit=options.history,
+            job_template=client.V1JobTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1JobSpec(backoff_limit=0, template=pod))))
+    api: Any = client.ApiClient()
+    manifest: dict[str, Any] = api.sanitize_for_serialization(job)
+    validate_cronjob(manifest)
+    return manifest
+
+
+class _Response:
+    """What older clients' ``ApiClient.deserialize`` reads: the JSON body in ``.data``."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.data = json.dumps(body)
+
+
+def validate_cronjob(manifest: dict[str, Any]) -> Any:
+    """Deserialize into ``V1CronJob`` (the client's models check required fields)."""
+    import inspect
+
+    from kubernetes import client
+
+    api: Any = client.ApiClient()
+    try:
+        if "content_type" in inspect.signature(api.deserialize).parameters:  # client >= 31
+            job = api.deserialize(json.dumps(manifest), "V1CronJob", "application/json")
+        else:
+            job = api.deserialize(_Response(manifest), "V1CronJob")
+    except ValueError as exc:
+        detail = "; ".join(line.strip() for line in str(exc).splitlines()
+                           if line.strip() and "errors.pydantic.dev" not in line)
+        raise InvalidInput(f"the CronJob does not fit the Kubernetes API: {detail}") from None
+    if job.spec is None or job.spec.job_template is None or not job.spec.schedule:
+        raise InvalidInput("the CronJob has no spec.schedule or spec.jobTemplate")
+    return job
+
+
+def cronjob_yaml(playbook: Playbook, options: CronJobOptions | None = None) -> str:
+    return yaml.safe_dump(cronjob(playbook, options), sort_keys=False)

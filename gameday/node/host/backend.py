@@ -1,0 +1,72 @@
+"""The real host backend: every :class:`HostFault` this host can apply.
+
+Areas are modules with a ``handlers() -> list[HostFault]`` function; add an area by
+adding it to ``AREAS``. ``gameday agent serve --backend host`` builds this backend.
+"""
+
+import importlib
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.host.base import HostFault
+
+AREAS: tuple[str, ...] = ("gameday.node.host.gpu", "gameday.node.host.net",
+                          "gameday.node.host.proxy", "gameday.node.host.storage",
+                          "gameday.node.host.process", "gameday.node.host.hogs")
+
+
+class HostBackend:
+    """Dispatches each fault to the handler of its kind."""
+
+    name = "host"
+
+    def __init__(self, node: str, handlers: list[HostFault]) -> None:
+        self.node = node
+        self._all = {handler.kind: handler for handler in handlers}
+        self._usable = {kind: h for kind, h in self._all.items() if h.unavailable() is None}
+
+    def capabilities(self) -> dict[str, str | None]:
+        """Every known kind with None (usable) or the reason it is not usable here."""
+        return {kind: handler.unavailable() for kind, handler in sorted(self._all.items())}
+
+    def inventory(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {"node": self.node, "gpus": [], "links": [], "mounts": [],
+                                  "unavailable": {k: r for k, r in self.capabilities().items()
+                                                  if r is not None}}
+        seen: set[int] = set()
+        for handler in self._all.values():
+            if id(type(handler)) in seen:
+                continue
+            seen.add(id(type(handler)))
+            for key, items in handler.inventory().items():
+                merged.setdefault(key, []).extend(items)
+        return merged
+
+    def kinds(self) -> Mapping[str, str]:
+        return {kind: handler.injected_at for kind, handler in self._usable.items()}
+
+    def _handler(self, kind: str) -> HostFault:
+        handler = self._usable.get(kind)
+        if handler is None:
+            reason = self._all[kind].unavailable() if kind in self._all else "unknown kind"
+            raise FaultRejected(f"{kind} cannot be applied on this host: {reason}")
+        return handler
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        return self._handler(request.kind).apply(fault_id, request)
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        handler = self._all.get(request.kind)
+        if handler is not None:
+            handler.revert(fault_id, request)
+
+
+def host_backend(node: str | None = None) -> HostBackend:
+    """The backend for ``gameday agent serve --backend host``."""
+    handlers: list[HostFault] = []
+    for area in AREAS:
+        handlers.extend(importlib.import_module(area).handlers())
+    return HostBackend(node or socket.gethostname(), handlers)

@@ -1,0 +1,253 @@
+"""Real network faults on a host: link flaps through netlink, loss and partitions through
+packet rules of their own.
+
+Targets: ``{"link": "eth0"}`` (optional for loss and partitions), ``{"netns": NAME}``
+for a network namespace (``/run/netns/NAME``, e.g. a pod's or a test's).
+
+- ``net.link_flap``: ``down_s`` / ``up_s`` / ``count`` down/up schedule on the interface
+  (pyroute2 ``link set state down|up``). The interface is brought up after the
+  schedule and on every revert (also a revert after an agent restart). Refused for
+  ``lo`` and for an interface that is already down.
+- ``net.loss`` (``percent``) and ``net.partition``: drop rules scoped by ``link``,
+  ``peer``, ``port`` and ``direction``, in an nftables table or iptables chains named
+  after the fault (:mod:`gameday.node.host.netrules`); ``mechanism: netem`` uses a
+  ``tc netem`` root qdisc where the kernel has it. ``duration_s`` ends the effect
+  early; revert removes exactly what was added.
+
+The inventory lists the host's links (name, state, mtu) and its packet filters
+(``packet_filters``: nftables, iptables, netem, each with why it is unusable, or null).
+"""
+
+import contextlib
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.host.base import HostFault
+from gameday.node.host.netrules import (
+    DropSpec,
+    all_mechanisms,
+    available_mechanisms,
+    mechanism,
+    rule_name,
+)
+from gameday.node.phases import PhaseRunner, flap_phases, hold_phases
+
+__all__ = ["DropRulesFault", "LinkFlapFault", "handlers", "list_links"]
+
+log = structlog.get_logger("gameday.node.host.net")
+
+DEFAULT_PREFIX = "gameday"
+IFF_UP = 0x1
+
+
+def _ipr(netns: str | None) -> Any:
+    from pyroute2 import IPRoute
+
+    return IPRoute(netns=netns) if netns else IPRoute()
+
+
+def list_links(netns: str | None = None) -> list[dict[str, Any]]:
+    """``[{"name", "state", "mtu", "admin_up"}]`` for every interface."""
+    with _ipr(netns) as ipr:
+        return [{"name": link.get("ifname"), "state": str(link.get("operstate")).lower(),
+                 "mtu": link.get("mtu"), "admin_up": bool(link["flags"] & IFF_UP)}
+                for link in ipr.get_links()]
+
+
+def _target(request: FaultRequest, *, link_required: bool) -> tuple[str | None, str | None]:
+    link = request.target.get("link")
+    netns = request.target.get("netns")
+    unknown = set(request.target) - {"link", "netns"}
+    if unknown:
+        raise FaultRejected(f"target.{sorted(unknown)[0]} is unknown (known: link, netns)")
+    if link_required and not link:
+        raise FaultRejected("target.link (an interface name) is required")
+    for name, value in (("link", link), ("netns", netns)):
+        if value is not None and (not isinstance(value, str) or not value or "/" in value):
+            raise FaultRejected(f"target.{name} must be a name, got {value!r}")
+    if netns is not None and not os.path.exists(f"/run/netns/{netns}"):
+        raise FaultRejected(f"target.netns {netns!r}: no /run/netns/{netns}")
+    return link, netns
+
+
+def _number(params: Mapping[str, Any], name: str, default: Any, low: float, high: float,
+            *, nullable: bool = False) -> float | None:
+    value = params.get(name, default)
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise FaultRejected(f"params.{name} must be a number between {low:g} and {high:g}, "
+                            f"got {value!r}")
+    return float(value)
+
+
+def _netlink_unavailable() -> str | None:
+    try:
+        with _ipr(None) as ipr:
+            ipr.get_links()
+    except ImportError:
+        return "pyroute2 is not installed (pip install 'gameday[host]')"
+    except OSError as exc:
+        return f"netlink is not usable: {exc}"
+    if os.geteuid() != 0:
+        return "setting links down needs root (CAP_NET_ADMIN)"
+    return None
+
+
+class LinkFlapFault:
+    """``net.link_flap`` on a real interface."""
+
+    kind = "net.link_flap"
+    injected_at = "network"
+
+    def __init__(self) -> None:
+        self._runners: dict[str, PhaseRunner] = {}
+
+    def unavailable(self) -> str | None:
+        return _netlink_unavailable()
+
+    def _set(self, link: str, netns: str | None, up: bool) -> None:
+        with _ipr(netns) as ipr:
+            found = ipr.link_lookup(ifname=link)
+            if not found:
+                raise FaultRejected(f"no interface {link!r}"
+                                    + (f" in netns {netns}" if netns else ""))
+            ipr.link("set", index=found[0], state="up" if up else "down")
+        log.info("link_set", link=link, netns=netns, state="up" if up else "down")
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        link, netns = _target(request, link_required=True)
+        assert link is not None
+        if link == "lo":
+            raise FaultRejected("target.link lo: refusing to take the loopback down")
+        down_s = _number(request.params, "down_s", 2.0, 0.05, 600.0)
+        up_s = _number(request.params, "up_s", 2.0, 0.05, 600.0)
+        count = request.params.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+            raise FaultRejected(f"params.count must be an integer between 1 and 1000, "
+                                f"got {count!r}")
+        assert down_s is not None and up_s is not None
+        state = {item["name"]: item for item in list_links(netns)}.get(link)
+        if state is None:
+            raise FaultRejected(f"no interface {link!r}" + (f" in netns {netns}" if netns else ""))
+        if not state["admin_up"]:
+            raise FaultRejected(f"interface {link} is already down; nothing to flap")
+        phases = flap_phases(down_s, up_s, count)
+        self._set(link, netns, up=False)  # the first down now, so errors surface here
+        runner = PhaseRunner(f"flap-{fault_id}", phases,
+                             on=lambda: self._set(link, netns, up=False),
+                             off=lambda: self._set(link, netns, up=True))
+        self._runners[fault_id] = runner.start()
+        return {"link": link, "netns": netns, "mtu": state["mtu"],
+                "schedule_s": round(sum(p.seconds or 0 for p in phases), 3)}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        runner = self._runners.pop(fault_id, None)
+        if runner is not None:
+            runner.cancel()
+        link, netns = request.target.get("link"), request.target.get("netns")
+        if not link or (netns and not os.path.exists(f"/run/netns/{netns}")):
+            return
+        with contextlib.suppress(FaultRejected):  # the interface is gone: nothing to bring up
+            self._set(str(link), netns, up=True)
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        try:
+            links = list_links()
+        except (ImportError, OSError):
+            return {"links": []}
+        return {"links": [{k: v for k, v in item.items() if k != "admin_up"} for item in links]}
+
+
+class DropRulesFault:
+    """``net.loss`` or ``net.partition`` as packet rules of their own."""
+
+    injected_at = "network"
+
+    def __init__(self, kind: str, prefix: str = DEFAULT_PREFIX) -> None:
+        self.kind = kind
+        self.prefix = prefix
+        self.allowed = (("nftables", "iptables", "netem") if kind == "net.loss"
+                        else ("nftables", "iptables"))
+        self._runners: dict[str, PhaseRunner] = {}
+
+    def unavailable(self) -> str | None:
+        try:
+            mechanism("auto", allowed=self.allowed)
+        except FaultRejected as exc:
+            return str(exc)
+        return None
+
+    def _spec(self, request: FaultRequest, link: str | None) -> DropSpec:
+        params = request.params
+        share = 1.0
+        if self.kind == "net.loss":
+            percent = _number(params, "percent", None, 0.0, 100.0)
+            assert percent is not None
+            share = percent / 100.0
+        peer = params.get("peer")
+        if peer is not None:
+            try:
+                peer = str(ipaddress.ip_network(str(peer), strict=False))
+            except ValueError:
+                raise FaultRejected(f"params.peer must be an IP address or CIDR, "
+                                    f"got {params.get('peer')!r}") from None
+        port = params.get("port")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 1 <= port <= 65535):
+            raise FaultRejected(f"params.port must be an integer 1..65535, got {port!r}")
+        direction = params.get("direction") or "both"
+        if direction not in ("ingress", "egress", "both"):
+            raise FaultRejected(f"params.direction must be ingress, egress or both, "
+                                f"got {direction!r}")
+        if self.kind == "net.partition" and not (peer or port or link):
+            raise FaultRejected("net.partition needs a peer, a port or a link: refusing to "
+                                "cut the host off entirely")
+        return DropSpec(share=share, link=link, peer=peer, port=port, direction=direction)
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        link, netns = _target(request, link_required=False)
+        spec = self._spec(request, link)
+        duration = _number(request.params, "duration_s", None, 0.05, 86400.0, nullable=True)
+        mech = mechanism(str(request.params.get("mechanism") or "auto"), allowed=self.allowed)
+        name = rule_name(self.prefix, fault_id)
+        mech.add_drop(name, spec, netns)
+        log.info("drop_rules_added", kind=self.kind, name=name, mechanism=mech.name,
+                 netns=netns, share=spec.share)
+        if duration is not None:
+            remove: Callable[[], None] = lambda: mech.remove(name, netns, link)  # noqa: E731
+            self._runners[fault_id] = PhaseRunner(f"{self.kind}-{fault_id}",
+                                                  hold_phases(duration), on=lambda: None,
+                                                  off=remove).start()
+        return {"mechanism": mech.name, "rules": name, "netns": netns, "link": link,
+                "share": spec.share, "hooks": spec.hooks}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        runner = self._runners.pop(fault_id, None)
+        if runner is not None:
+            runner.cancel()
+        netns = request.target.get("netns")
+        if netns and not os.path.exists(f"/run/netns/{netns}"):
+            return  # the namespace is gone, and its rules with it
+        link = request.target.get("link")
+        name = rule_name(self.prefix, fault_id)
+        for mech in all_mechanisms():
+            if mech.unavailable() is None:
+                mech.remove(name, netns, link if isinstance(link, str) else None)
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        """``packet_filters``: each mechanism and why it is unusable here (None: usable)."""
+        return {"packet_filters": [{"name": name, "unavailable": reason}
+                                   for name, reason in available_mechanisms().items()]}
+
+
+def handlers(prefix: str = DEFAULT_PREFIX) -> list[HostFault]:
+    """The host's net.* handlers (``prefix`` names their tables and chains)."""
+    return [LinkFlapFault(), DropRulesFault("net.loss", prefix),
+            DropRulesFault("net.partition", prefix)]

@@ -1,0 +1,143 @@
+"""Service faults on a host: a TCP proxy put in front of a service port.
+
+Target ``{"port": 8080, "address": "127.0.0.1"}`` (address defaults to 127.0.0.1). The
+agent starts a :class:`gameday.node.tcprelay.Relay` to ``address:port`` and installs a
+redirect of its own (nftables table or iptables ``nat`` chains named after the fault,
+:mod:`gameday.node.host.netrules`) that sends *new* TCP connections for that port
+through the relay; the relay's own upstream connections carry a socket mark the
+redirect skips. Connections opened before the fault are not touched.
+
+- ``service.latency`` (``delay_ms``): each request waits that long in the proxy (the
+  first chunk towards the service after an answer came back);
+- ``service.timeout`` (``hang_s``): nothing passes; a connection held ``hang_s`` is
+  reset.
+
+``duration_s`` lifts the impairment early (the proxy then passes traffic untouched
+until reverted). Revert removes the redirect and stops the proxy (connections still
+open through it are reset). ``percent`` must be 100 and ``jitter_ms`` 0 here (the lab's
+router does both).
+"""
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.host.base import HostFault
+from gameday.node.host.netrules import RedirectSpec, all_mechanisms, mechanism, rule_name
+from gameday.node.phases import PhaseRunner, hold_phases
+from gameday.node.tcprelay import Impairment, Relay
+
+__all__ = ["PROXY_MARK", "ServiceProxyFault", "handlers"]
+
+log = structlog.get_logger("gameday.node.host.proxy")
+
+PROXY_MARK = 0x67646E  # "gdn": the proxy's upstream sockets skip the redirect
+DEFAULT_PREFIX = "gameday"
+
+
+def _number(params: Mapping[str, Any], name: str, default: Any, low: float, high: float
+            ) -> float:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise FaultRejected(f"params.{name} must be a number between {low:g} and {high:g}, "
+                            f"got {value!r}")
+    return float(value)
+
+
+class ServiceProxyFault:
+    """``service.latency`` or ``service.timeout`` through a transparent TCP proxy."""
+
+    injected_at = "network"
+
+    def __init__(self, kind: str, prefix: str = DEFAULT_PREFIX) -> None:
+        self.kind = kind
+        self.prefix = prefix
+        self._relays: dict[str, Relay] = {}
+        self._runners: dict[str, PhaseRunner] = {}
+
+    def unavailable(self) -> str | None:
+        try:
+            mechanism("auto", allowed=("nftables", "iptables"))
+        except FaultRejected as exc:
+            return f"no way to redirect connections to the proxy: {exc}"
+        return None
+
+    def _impairment(self, params: Mapping[str, Any]) -> Impairment:
+        if _number(params, "percent", 100.0, 0.0, 100.0) != 100.0:
+            raise FaultRejected("params.percent must be 100 on a host: the proxy impairs "
+                                "every request")
+        if self.kind == "service.latency":
+            if _number(params, "jitter_ms", 0.0, 0.0, 600_000.0) != 0.0:
+                raise FaultRejected("params.jitter_ms must be 0 on a host")
+            return Impairment(delay_s=_number(params, "delay_ms", 200.0, 0.0, 600_000.0)
+                              / 1000.0)
+        return Impairment(hold=True, hold_s=_number(params, "hang_s", 30.0, 0.05, 3600.0))
+
+    @staticmethod
+    def _service(request: FaultRequest) -> tuple[str, int]:
+        unknown = set(request.target) - {"port", "address", "name"}
+        if unknown:
+            raise FaultRejected(f"target.{sorted(unknown)[0]} is unknown (known: port, address)")
+        port = request.target.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise FaultRejected(f"target.port must be the service's TCP port, got {port!r}")
+        address = str(request.target.get("address") or "127.0.0.1")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise FaultRejected(f"target.address must be an IP address, got {address!r}"
+                                ) from None
+        return address, port
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        address, port = self._service(request)
+        impairment = self._impairment(request.params)
+        duration = request.params.get("duration_s")
+        if duration is not None:
+            duration = _number(request.params, "duration_s", None, 0.05, 86400.0)
+        mech = mechanism("auto", allowed=("nftables", "iptables"))
+        listen = "127.0.0.1" if ipaddress.ip_address(address).is_loopback else "0.0.0.0"
+        relay = Relay(host=listen, upstream=(address, port), name=f"{self.kind}-{fault_id}",
+                      mark=PROXY_MARK)
+        relay.impair(fault_id, impairment)
+        relay.start()
+        name = rule_name(self.prefix, fault_id)
+        try:
+            mech.add_redirect(name, RedirectSpec(address, port, relay.port, PROXY_MARK), None)
+        except FaultRejected:
+            relay.stop()
+            raise
+        self._relays[fault_id] = relay
+        if duration is not None:
+            self._runners[fault_id] = PhaseRunner(
+                f"{self.kind}-{fault_id}", hold_phases(duration), on=lambda: None,
+                off=lambda: relay.lift(fault_id)).start()
+        log.info("service_proxy_started", kind=self.kind, service=f"{address}:{port}",
+                 proxy_port=relay.port, mechanism=mech.name)
+        return {"service": f"{address}:{port}", "proxy_port": relay.port,
+                "mechanism": mech.name, "rules": name}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        runner = self._runners.pop(fault_id, None)
+        if runner is not None:
+            runner.cancel()
+        name = rule_name(self.prefix, fault_id)
+        for mech in all_mechanisms():
+            if mech.name != "netem" and mech.unavailable() is None:
+                mech.remove(name, None)
+        relay = self._relays.pop(fault_id, None)
+        if relay is not None:
+            relay.lift(fault_id)
+            relay.stop()
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        return {}
+
+
+def handlers(prefix: str = DEFAULT_PREFIX) -> list[HostFault]:
+    return [ServiceProxyFault("service.latency", prefix),
+            ServiceProxyFault("service.timeout", prefix)]

@@ -1,0 +1,174 @@
+"""Real storage faults on a host: the fault filesystem layered over a path, or a cgroup
+freezer.
+
+``storage.stall`` / ``storage.errors`` / ``storage.slow`` with target ``{"path": DIR}``
+(or ``{"mount": DIR}``) become rules of a fault filesystem over ``DIR``
+(:mod:`gameday.node.host.fusefs`; injected at ``storage``). ``storage.stall`` with
+``mechanism: freezer`` and target ``{"cgroup": DIR}`` (an existing cgroup) or
+``{"pid": N}`` freezes the tasks instead (v1 ``freezer.state``, v2 ``cgroup.freeze``,
+whichever the host has): what a process looks like when all its I/O stops.
+"""
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.cgroups import BoundedGroup, CgroupError, detect, group_prefix
+from gameday.node.faultfs.control import ControlError
+from gameday.node.faultfs.mount import mount_table
+from gameday.node.faultfs.rules import RuleError, rule_for_fault
+from gameday.node.host.base import HostFault
+from gameday.node.host.fusefs import FaultFsLayers
+
+__all__ = ["FuseStorageFault", "handlers"]
+
+STORAGE_KINDS = ("storage.stall", "storage.errors", "storage.slow")
+_REAL_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "nfs", "nfs4", "cifs", "overlay",
+            "tmpfs", "fuse.faultfs", "lustre", "gpfs", "ceph", "fuse.juicefs", "fuse.s3fs")
+
+
+def _fuse_unavailable() -> str | None:
+    if not Path("/dev/fuse").exists():
+        return "no /dev/fuse on this host"
+    if not (shutil.which("fusermount3") or shutil.which("fusermount")):
+        return "fusermount3 is not installed (Debian package fuse3)"
+    if os.geteuid() != 0:
+        return "layering a path needs root (bind mounts)"
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError) as exc:
+        return f"mfusepy cannot load libfuse: {exc}"
+    return None
+
+
+class FuseStorageFault:
+    """One storage kind on a host (``storage.stall`` also by cgroup freezer)."""
+
+    injected_at = "storage"
+
+    def __init__(self, kind: str, layers: FaultFsLayers) -> None:
+        self.kind = kind
+        self.layers = layers
+        self._frozen: dict[str, tuple[BoundedGroup | Path, int | None, str | None]] = {}
+
+    def unavailable(self) -> str | None:
+        return _fuse_unavailable()
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        if request.params.get("mechanism") == "freezer":
+            return self._freeze(fault_id, request)
+        path = request.target.get("path") or request.target.get("mount")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise FaultRejected("target: needs {path: /absolute/dir}")
+        try:
+            rule = rule_for_fault(self.kind, request.params)
+        except RuleError as exc:
+            raise FaultRejected(f"params.{exc}") from None
+        client = self.layers.acquire(Path(path), fault_id)
+        try:
+            client.set_rule(fault_id, rule)
+        except ControlError as exc:
+            self.layers.release(Path(path), fault_id)
+            raise FaultRejected(str(exc)) from None
+        return {"path": path, "mechanism": "fuse", "rule": rule.to_json()}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        if request.params.get("mechanism") == "freezer":
+            self._thaw(fault_id, request)
+            return
+        path = request.target.get("path") or request.target.get("mount")
+        if not isinstance(path, str):
+            return
+        with contextlib.suppress(ControlError):
+            self.layers.client(Path(path)).clear(fault_id)
+        self.layers.release(Path(path), fault_id)
+
+    # -- freezer ------------------------------------------------------------------------
+    def _freeze(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        if self.kind != "storage.stall":
+            raise FaultRejected("params.mechanism: freezer applies to storage.stall only")
+        cgroup, pid = request.target.get("cgroup"), request.target.get("pid")
+        try:
+            if isinstance(cgroup, str):
+                _set_frozen(Path(cgroup), True)
+                self._frozen[fault_id] = (Path(cgroup), None, None)
+                return {"mechanism": "freezer", "cgroup": cgroup}
+            if not isinstance(pid, int) or pid <= 1 or pid == os.getpid():
+                raise FaultRejected("target: freezer needs {cgroup: DIR} or {pid: N > 1}")
+            group = BoundedGroup(f"{group_prefix()}-freeze-{fault_id}", ("freezer",), detect())
+            group.create()
+            origin = _freezer_cgroup_of(pid, group)
+            group.add(pid)
+            _set_frozen(group.dirs["freezer"], True)
+        except CgroupError as exc:
+            raise FaultRejected(f"storage.stall (freezer): {exc}") from None
+        self._frozen[fault_id] = (group, pid, origin)
+        return {"mechanism": "freezer", "cgroup": group.name, "pid": pid}
+
+    def _thaw(self, fault_id: str, request: FaultRequest) -> None:
+        held = self._frozen.pop(fault_id, None)
+        if held is None:
+            cgroup = request.target.get("cgroup")
+            if isinstance(cgroup, str):
+                held = (Path(cgroup), None, None)
+            else:
+                held = (BoundedGroup(f"{group_prefix()}-freeze-{fault_id}", ("freezer",),
+                                     detect()), request.target.get("pid"), None)
+        where, pid, origin = held
+        with contextlib.suppress(CgroupError, OSError):
+            if isinstance(where, Path):
+                _set_frozen(where, False)
+                return
+            if not where.exists():
+                return
+            _set_frozen(where.dirs["freezer"], False)
+            if isinstance(pid, int) and origin is not None:
+                with contextlib.suppress(OSError):
+                    (Path(origin) / "cgroup.procs").write_text(str(pid))
+            elif isinstance(pid, int):
+                root = where.dirs["freezer"].parent
+                with contextlib.suppress(OSError):
+                    (root / "cgroup.procs").write_text(str(pid))
+            where.remove()
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        mounts = self.layers.layered()
+        seen = {m["path"] for m in mounts}
+        for mountpoint, fstype, source in mount_table():
+            if fstype in _REAL_FS and mountpoint not in seen:
+                mounts.append({"name": mountpoint, "path": mountpoint, "fstype": fstype,
+                               "source": source, "faultable": mountpoint != "/"})
+        return {"mounts": mounts}
+
+
+def _set_frozen(cgroup: Path, frozen: bool) -> None:
+    if (cgroup / "freezer.state").exists():
+        (cgroup / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+    elif (cgroup / "cgroup.freeze").exists():
+        (cgroup / "cgroup.freeze").write_text("1" if frozen else "0")
+    else:
+        raise CgroupError(f"{cgroup} is not a cgroup that can be frozen")
+
+
+def _freezer_cgroup_of(pid: int, group: BoundedGroup) -> str | None:
+    """The freezer cgroup directory ``pid`` is in now (to put it back on revert)."""
+    root = group.dirs["freezer"].parent
+    v1 = "freezer" in group.hierarchies.v1
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, relative = line.split(":", 2)
+        if (v1 and "freezer" in controllers.split(",")) or (not v1 and controllers == ""):
+            return str(root / relative.lstrip("/"))
+    return None
+
+
+def handlers() -> list[HostFault]:
+    layers = FaultFsLayers()
+    return [FuseStorageFault(kind, layers) for kind in STORAGE_KINDS]

@@ -1,0 +1,1 @@
+"""What keeps a run inside its bounds: target locks, safeguards, target configuration, cleanup."""

@@ -1,0 +1,166 @@
+"""Targets: where faults land and what they land on.
+
+A target is discovered, never imported: the lab through its ``lab.json`` discovery
+document, a single host through an agent URL and token. Selectors name GPUs the way
+an operator thinks of them (``{holding_shard: 0}``, ``{node: node-0, index: 2}``,
+``{uuid: GPU-…}``) and resolve to concrete :class:`GpuRef` values before anything is
+injected.
+"""
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gameday.engine.agent_client import AgentClient
+from gameday.errors import InvalidInput, TargetUnavailable
+from gameday.httpjson import get_json
+
+TARGET_KINDS = ("lab", "host", "kubernetes", "none")
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """One concrete GPU: the node (and its agent) and the index on that node."""
+
+    node: str
+    index: int
+    uuid: str = ""
+    nvlink_domain: str = ""
+
+    def label(self) -> str:
+        return f"{self.node}/gpu{self.index}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "index": self.index, "uuid": self.uuid,
+                "nvlink_domain": self.nvlink_domain}
+
+
+@dataclass
+class Target:
+    """A resolved target: its agents and the endpoints the verifiers read."""
+
+    kind: str
+    agents: dict[str, AgentClient] = field(default_factory=dict)
+    service_url: str | None = None
+    prometheus_url: str | None = None
+    placement_url: str | None = None
+    source: str = ""
+
+    def configuration(self) -> dict[str, str]:
+        """Values offered to experiments as ``${...}`` configuration."""
+        values = {"service_url": self.service_url, "prometheus_url": self.prometheus_url,
+                  "placement_url": self.placement_url}
+        return {key: value for key, value in values.items() if value}
+
+    def agent(self, node: str) -> AgentClient:
+        try:
+            return self.agents[node]
+        except KeyError:
+            raise TargetUnavailable(
+                f"no agent for node {node!r} in target {self.kind} "
+                f"(nodes: {', '.join(sorted(self.agents)) or 'none'})") from None
+
+    def placement(self) -> dict[str, Any]:
+        if not self.placement_url:
+            raise TargetUnavailable(f"target {self.kind} has no placement source")
+        data = get_json(self.placement_url)
+        if not isinstance(data, dict):
+            raise TargetUnavailable(f"placement at {self.placement_url} is not a JSON object")
+        return data
+
+    def gpus(self) -> list[GpuRef]:
+        """Every GPU of every agent, from the agents' inventories."""
+        found: list[GpuRef] = []
+        for node, client in sorted(self.agents.items()):
+            for gpu in client.inventory().get("gpus", []):
+                found.append(GpuRef(node=node, index=int(gpu["index"]),
+                                    uuid=str(gpu.get("uuid", "")),
+                                    nvlink_domain=str(gpu.get("nvlink_domain", node))))
+        return found
+
+    def resolve_gpus(self, selector: Mapping[str, Any], *, where: str = "gpu") -> list[GpuRef]:
+        """Turn a GPU selector into concrete GPUs; a one-line error if it matches none."""
+        gpus = self.gpus()
+        if "holding_shard" in selector:
+            shard = selector["holding_shard"]
+            placed = [s for s in self.placement().get("shards", []) if s.get("shard") == shard]
+            if not placed:
+                raise InvalidInput(f"no shard {shard!r} in the placement", path=where)
+            wanted = {(str(s["node"]), int(s["gpu"])) for s in placed}
+            matches = [g for g in gpus if (g.node, g.index) in wanted]
+        elif "uuid" in selector:
+            matches = [g for g in gpus if g.uuid == selector["uuid"]]
+        elif "node" in selector:
+            index = selector.get("index")
+            matches = [g for g in gpus if g.node == selector["node"]
+                       and (index is None or g.index == index)]
+        else:
+            raise InvalidInput("a GPU selector needs one of holding_shard, uuid, node[+index]",
+                               path=where)
+        if not matches:
+            raise InvalidInput(f"selector {dict(selector)} matches no GPU on target {self.kind}",
+                               path=where)
+        return matches
+
+
+def read_lab_document(lab_dir: Path) -> dict[str, Any]:
+    """Read the lab's discovery document (``lab.json``), or say that no lab runs."""
+    path = lab_dir / "lab.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TargetUnavailable(
+            f"no lab runs in {lab_dir} (start one with `gameday lab up`)") from None
+    except (OSError, ValueError) as exc:
+        raise TargetUnavailable(f"cannot read {path}: {exc}") from None
+    if not isinstance(document, dict) or document.get("status") != "ready":
+        raise TargetUnavailable(f"the lab in {lab_dir} is not ready")
+    return document
+
+
+def lab_target(lab_dir: Path) -> Target:
+    """A target for the embedded lab, discovered through its ``lab.json``."""
+    document = read_lab_document(lab_dir)
+    token = Path(document["token_file"]).read_text(encoding="utf-8").strip()
+    agents = {node["name"]: AgentClient(node["agent_url"], token)
+              for node in document.get("nodes", [])}
+    return Target(kind="lab", agents=agents, service_url=document.get("service_url"),
+                  prometheus_url=document.get("prometheus_url"),
+                  placement_url=document.get("placement_url"), source=str(lab_dir))
+
+
+def host_target(configuration: Mapping[str, Any]) -> Target:
+    """A single host running ``gameday agent serve``: URL and token from configuration/env."""
+    url = configuration.get("agent_url") or os.environ.get("GAMEDAY_AGENT_URL")
+    token = configuration.get("agent_token") or os.environ.get("GAMEDAY_AGENT_TOKEN")
+    if not url or not token:
+        raise TargetUnavailable(
+            "target host needs an agent: set configuration agent_url/agent_token or "
+            "GAMEDAY_AGENT_URL/GAMEDAY_AGENT_TOKEN")
+    client = AgentClient(str(url), str(token))
+    node = str(client.health().get("node", "host"))
+    return Target(kind="host", agents={node: client},
+                  service_url=configuration.get("service_url"),
+                  prometheus_url=configuration.get("prometheus_url"),
+                  placement_url=configuration.get("placement_url"), source=str(url))
+
+
+def open_target(kind: str, configuration: Mapping[str, Any], *, lab_dir: Path) -> Target | None:
+    """The target of a run, by kind; ``none`` gives no target (plain toolkit semantics)."""
+    if kind == "none":
+        return None
+    if kind == "lab":
+        return lab_target(lab_dir)
+    if kind == "host":
+        return host_target(configuration)
+    if kind == "kubernetes":
+        from gameday.targets.kubernetes.target import (
+            kubernetes_target,  # loads the client only when asked
+        )
+
+        return kubernetes_target(configuration)
+    raise InvalidInput(f"unknown target {kind!r} (known: {', '.join(TARGET_KINDS)})",
+                       path="--target")

@@ -1,0 +1,219 @@
+"""Discovery: the agents of a cluster, found through the Kubernetes API, and their GPUs.
+
+1. The agent DaemonSet's pods: ``GET pods`` in the agents' namespace with the agents'
+   label selector; a pod counts when it is Running, Ready and has an IP. Its URL is
+   ``http://<podIP>:<port>``, the port being the container port named ``agent`` (or
+   ``k8s_agent_port``, else 9410).
+2. Their nodes: ``GET nodes``, for the node labels selectors use.
+3. The shards: pods labelled ``gameday.dev/shard=<N>`` (any namespace) say which GPU they
+   hold with ``gameday.dev/gpu-uuid=<UUID>`` or ``gameday.dev/gpu-index=<i>`` (on the
+   pod's node); that is the placement ``{holding_shard: N}`` selects from.
+4. Every agent's GPU inventory: ``GET /v1/inventory`` on each agent, concurrently. A
+   GPU's NVLink domain is the agent's ``nvlink_domain``, else the node's
+   ``nvidia.com/gpu.clique`` label, else the node.
+
+An agent that does not answer is left out of the fleet and named in
+:attr:`Fleet.unreachable`; none answering is :class:`TargetUnavailable`.
+"""
+
+import base64
+import binascii
+import functools
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gameday.engine.agent_client import AgentClient
+from gameday.errors import AgentError, TargetUnavailable
+from gameday.targets.base import GpuRef
+from gameday.targets.kubernetes.config import DEFAULT_AGENT_PORT, KubeSettings
+
+__all__ = ["GPU_INDEX_LABEL", "GPU_UUID_LABEL", "SHARD_LABEL", "AgentPod", "Fleet", "FleetGpu",
+           "ShardPlacement", "agent_token", "discover"]
+
+SHARD_LABEL = "gameday.dev/shard"
+#: GPU Feature Discovery's NVLink clique: the NVLink domain when the agent reports none.
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+GPU_UUID_LABEL = "gameday.dev/gpu-uuid"
+GPU_INDEX_LABEL = "gameday.dev/gpu-index"
+
+#: Inventory reads in flight at once during discovery.
+DISCOVERY_CONCURRENCY = 32
+
+
+@dataclass(frozen=True)
+class AgentPod:
+    """One agent pod of the DaemonSet: where it runs and where it listens."""
+
+    pod: str
+    namespace: str
+    node: str
+    url: str
+
+
+@dataclass(frozen=True)
+class ShardPlacement:
+    """A shard-serving pod and the GPU it holds (from its labels)."""
+
+    shard: str
+    pod: str
+    namespace: str
+    node: str
+    gpu_uuid: str = ""
+    gpu_index: int | None = None
+
+
+@dataclass(frozen=True)
+class FleetGpu:
+    """One GPU of the fleet with everything a selector may ask about."""
+
+    node: str
+    index: int
+    uuid: str
+    nvlink_domain: str
+    node_labels: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    shards: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def ref(self) -> GpuRef:
+        """This GPU as a target names it (made once, and shared: it is immutable)."""
+        return GpuRef(node=self.node, index=self.index, uuid=self.uuid,
+                      nvlink_domain=self.nvlink_domain)
+
+
+@dataclass
+class Fleet:
+    """What discovery found: agents (and a client for each) by node, node labels, GPUs,
+    shard placement."""
+
+    agents: dict[str, AgentPod]
+    clients: dict[str, AgentClient]
+    node_labels: dict[str, dict[str, str]]
+    gpus: list[FleetGpu]
+    placement: list[ShardPlacement]
+    unreachable: dict[str, str] = field(default_factory=dict)  # node -> why
+
+
+def agent_token(core: Any, settings: KubeSettings) -> str:
+    """The agents' bearer token: from settings/env, else the Secret (key ``token``)."""
+    if settings.agent_token:
+        return settings.agent_token
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        secret = core.read_namespaced_secret(settings.token_secret, settings.namespace)
+    except ApiException as exc:
+        raise TargetUnavailable(
+            f"target kubernetes: cannot read Secret {settings.namespace}/"
+            f"{settings.token_secret} for the agent token ({exc.status} {exc.reason}); "
+            "set agent_token or GAMEDAY_AGENT_TOKEN") from None
+    encoded = (secret.data or {}).get("token")
+    try:
+        token = base64.b64decode(encoded or "", validate=True).decode("utf-8").strip()
+    except (binascii.Error, UnicodeDecodeError):
+        token = ""
+    if not token:
+        raise TargetUnavailable(f"target kubernetes: Secret {settings.namespace}/"
+                                f"{settings.token_secret} has no key 'token'")
+    return token
+
+
+def _agent_port(pod: Any, settings: KubeSettings) -> int:
+    if settings.agent_port:
+        return settings.agent_port
+    for container in pod.spec.containers or []:
+        for port in container.ports or []:
+            if port.name == "agent":
+                return int(port.container_port)
+    return DEFAULT_AGENT_PORT
+
+
+def _ready(pod: Any) -> bool:
+    if pod.status is None or pod.status.phase != "Running" or not pod.status.pod_ip:
+        return False
+    conditions = pod.status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def agent_pods(core: Any, settings: KubeSettings) -> list[AgentPod]:
+    """The Running, Ready agent pods (one per node; the first by name wins)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        pods = core.list_namespaced_pod(settings.namespace,
+                                        label_selector=settings.agent_selector).items
+    except ApiException as exc:
+        raise TargetUnavailable(
+            f"target kubernetes: cannot list agent pods in {settings.namespace} "
+            f"({settings.agent_selector}): {exc.status} {exc.reason}") from None
+    found: dict[str, AgentPod] = {}
+    for pod in sorted(pods, key=lambda p: p.metadata.name):
+        if not _ready(pod) or not pod.spec.node_name or pod.spec.node_name in found:
+            continue
+        ip = pod.status.pod_ip
+        host = f"[{ip}]" if ":" in ip else ip
+        found[pod.spec.node_name] = AgentPod(
+            pod=pod.metadata.name, namespace=pod.metadata.namespace or settings.namespace,
+            node=pod.spec.node_name, url=f"http://{host}:{_agent_port(pod, settings)}")
+    return list(found.values())
+
+
+def shard_placement(core: Any) -> list[ShardPlacement]:
+    """Shard pods (label ``gameday.dev/shard``) and the GPU each says it holds."""
+    pods = core.list_pod_for_all_namespaces(label_selector=SHARD_LABEL).items
+    placed = []
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if not pod.spec.node_name or pod.status is None or pod.status.phase != "Running":
+            continue
+        index = labels.get(GPU_INDEX_LABEL)
+        placed.append(ShardPlacement(
+            shard=str(labels[SHARD_LABEL]), pod=pod.metadata.name,
+            namespace=pod.metadata.namespace or "", node=pod.spec.node_name,
+            gpu_uuid=labels.get(GPU_UUID_LABEL, ""),
+            gpu_index=int(index) if index is not None and index.isdigit() else None))
+    return placed
+
+
+def discover(core: Any, settings: KubeSettings, token: str) -> Fleet:
+    """Build the fleet from agent pods, node labels, shard pods and the agents'
+    inventories (read with ``token``)."""
+    agents = {pod.node: pod for pod in agent_pods(core, settings)}
+    clients = {node: AgentClient(pod.url, token) for node, pod in agents.items()}
+    node_labels = {node.metadata.name: dict(node.metadata.labels or {})
+                   for node in core.list_node().items}
+    placement = shard_placement(core)
+
+    def inventory(node: str) -> tuple[str, dict[str, Any] | str]:
+        try:
+            return node, clients[node].inventory()
+        except AgentError as exc:
+            return node, str(exc)
+
+    gpus: list[FleetGpu] = []
+    unreachable: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=DISCOVERY_CONCURRENCY,
+                            thread_name_prefix="k8s-discovery") as pool:
+        answers = list(pool.map(inventory, sorted(n for n in agents if n in clients)))
+    for node, answer in answers:
+        if isinstance(answer, str):
+            unreachable[node] = answer
+            continue
+        for gpu in answer.get("gpus", []):
+            index, uuid = int(gpu["index"]), str(gpu.get("uuid", ""))
+            shards = tuple(sorted(
+                p.shard for p in placement if p.node == node
+                and ((p.gpu_uuid and p.gpu_uuid == uuid) or p.gpu_index == index)))
+            gpus.append(FleetGpu(node=node, index=index, uuid=uuid,
+                                 nvlink_domain=str(gpu.get("nvlink_domain") or node_labels.get(
+                                     node, {}).get(CLIQUE_LABEL) or node),
+                                 node_labels=node_labels.get(node, {}), shards=shards))
+    if agents and len(unreachable) == len(agents):
+        first = next(iter(unreachable.items()))
+        raise TargetUnavailable(f"target kubernetes: no agent answered ({len(agents)} tried; "
+                                f"{first[0]}: {first[1]})")
+    return Fleet(agents={n: a for n, a in agents.items() if n not in unreachable},
+                 clients={n: c for n, c in clients.items() if n not in unreachable},
+                 node_labels=node_labels, gpus=gpus, placement=placement,
+                 unreachable=unreachable)

@@ -1,0 +1,109 @@
+"""The ledger's batch writes: a fan-out writes each landed batch at once (no fsync),
+then makes them durable with one fsync; nothing is written twice, and a write that
+failed is written by the next call. Real files, real fsync."""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gameday.evidence import ledger as ledgers
+from gameday.evidence.ledger import FaultEntry, Ledger, fault_events, read_ledger
+
+
+def entry(n: int, **fields: Any) -> FaultEntry:
+    return FaultEntry(**{"id": f"f-{n}", "kind": "gpu.ecc", "node": "node-0",
+                         "agent_url": "http://127.0.0.1:9", "target": {"gpu": n}, "params": {},
+                         "injected_at": "virtual", "applied_at": 1.0 + n, "expires_at": 31.0,
+                         "lease_s": 30, **fields})
+
+
+def events(path: Path) -> list[tuple[str, str]]:
+    """``(event, fault id)`` per fault of each line (a batch's line: one per fault)."""
+    return [(e["event"], e["id"]) for line in path.read_text().splitlines()
+            for e in fault_events(json.loads(line))]
+
+
+def test_batches_written_as_they_land_are_synced_once_and_never_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path, "run-1")
+    synced: list[int] = []
+    fsync = os.fsync
+    monkeypatch.setattr(ledgers.os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    ledger.record_applied_many([entry(0), entry(1)], sync=False)
+    ledger.record_applied_many([entry(2)], sync=False)
+    assert events(path) == [("applied", "f-0"), ("applied", "f-1"), ("applied", "f-2")]
+    assert synced == []  # written (a killed orchestrator's cleanup reads them), not synced
+    ledger.record_applied_many([entry(0), entry(1), entry(2)])  # the fan-out's end
+    assert len(synced) == 1 and len(events(path)) == 3
+    ledger.record_reverted_many([("f-0", 2.0, "requested")], sync=False)
+    ledger.record_reverted_many([("f-0", 2.0, "requested"), ("f-1", 2.0, "requested"),
+                                 ("f-2", 2.0, "requested")])
+    assert len(synced) == 2
+    assert events(path)[3:] == [("reverted", "f-0"), ("reverted", "f-1"), ("reverted", "f-2")]
+    assert [f["reverted_at"] for f in read_ledger(path)] == [2.0, 2.0, 2.0]
+    ledger.record_reverted_many([("f-1", 3.0, "requested")])  # nothing new, nothing to sync
+    assert len(synced) == 2 and ledger.active() == []
+
+
+def test_an_unsynced_write_that_failed_is_written_by_the_next_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path, "run-2")
+    write = ledgers.os.write
+    failing = {"on": True}
+
+    def flaky_write(fd: int, data: Any) -> int:
+        if failing["on"]:
+            raise OSError(28, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(ledgers.os, "write", flaky_write)
+    ledger.record_applied_many([entry(0)], sync=False)  # not raised: the fan-out goes on
+    assert [e.id for e in ledger.active()] == ["f-0"]
+    assert path.read_text() == ""
+    with pytest.raises(OSError, match="No space left"):
+        ledger.record_applied_many([entry(0)])  # the durable write says it
+    failing["on"] = False
+    ledger.record_applied_many([entry(1)])
+    assert events(path) == [("applied", "f-0"), ("applied", "f-1")]
+
+
+def fleet() -> list[FaultEntry]:
+    """Three faults of one agent's batch, then ones that cannot share its line."""
+    return [entry(0, details={"uuid": "GPU-0"}), entry(1), entry(2),
+            entry(3, params={"count": 2}),                            # other params
+            entry(4, node="node-1", agent_url="http://127.0.0.1:8",   # another agent,
+                  applied_at=7.0),                                    # one time for all
+            entry(5, node="node-1", agent_url="http://127.0.0.1:8", applied_at=7.0),
+            entry(6, via="kubernetes", details={"inverse": {"op": "uncordon"}})]
+
+
+def test_a_batch_is_one_line_and_reads_back_as_its_faults_written_one_by_one(
+        tmp_path: Path) -> None:
+    batched, one_by_one = tmp_path / "batched.jsonl", tmp_path / "one-by-one.jsonl"
+    batch, single = Ledger(batched, "run-3"), Ledger(one_by_one, "run-3")
+    batch.record_applied_many(fleet())
+    for one in fleet():
+        single.record_applied(one)
+    lines = [json.loads(line) for line in batched.read_text().splitlines()]
+    assert [len(line.get("faults", [line])) for line in lines] == [3, 1, 2, 1]
+    assert lines[0]["params"] == {} and "inverse" not in lines[0]  # stated once; rebuilt
+    assert "applied_at" not in lines[0] and all("applied_at" in f for f in lines[0]["faults"])
+    assert (lines[2]["applied_at"], lines[2]["expires_at"]) == (7.0, 31.0)  # the same: once
+    assert not any("applied_at" in f or "expires_at" in f for f in lines[2]["faults"])
+    assert read_ledger(batched) == read_ledger(one_by_one)
+    assert read_ledger(batched)[1]["inverse"] == {"method": "DELETE",
+                                                  "url": "http://127.0.0.1:9/v1/faults/f-1"}
+    reverts = [("f-0", 9.0, "requested"), ("f-4", 9.5, "requested"), ("f-6", 9.0, "cleanup")]
+    batch.record_reverted_many(reverts)
+    for fault_id, at, reason in reverts:
+        single.record_reverted(fault_id, at, reason)
+    assert len(batched.read_text().splitlines()) == 4 + 2  # a line per reason
+    assert read_ledger(batched) == read_ledger(one_by_one)
+    assert [(f["id"], f["reverted_at"], f["reason"]) for f in read_ledger(batched)
+            if f["reverted_at"]] == [("f-0", 9.0, "requested"), ("f-4", 9.5, "requested"),
+                                     ("f-6", 9.0, "cleanup")]

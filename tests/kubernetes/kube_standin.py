@@ -1,0 +1,348 @@
+"""A local Kubernetes API **stand-in** over real HTTP, for the tests of
+``gameday.targets.kubernetes``.
+
+No cluster exists on this machine, so this is a small API server (stdlib
+``ThreadingHTTPServer``) that speaks the parts of the core/v1 wire protocol gameday
+uses, driven by the REAL ``kubernetes`` Python client pointed at it:
+
+- nodes: list (``labelSelector``, ``fieldSelector=metadata.name=``), read, patch
+  (``application/merge-patch+json`` and ``application/strategic-merge-patch+json``;
+  the fields gameday patches, annotations, ``spec.unschedulable`` and ``spec.taints``,
+  have no patch strategy, so both mean RFC 7386 here; a ``metadata.resourceVersion``
+  in the patch is a precondition: a stale one answers ``409 Conflict``, as the real
+  API server does);
+- pods: list per namespace or across namespaces (``labelSelector``,
+  ``fieldSelector=spec.nodeName=``), read, delete, and the eviction subresource, which
+  answers ``429 TooManyRequests`` while a PodDisruptionBudget-like rule allows no more
+  disruptions (rules are set by the test with :meth:`KubeStandin.add_pdb`);
+- secrets: read;
+- bearer-token authentication (``401`` without the token).
+
+What is NOT emulated: watches, the scheduler, controllers (an evicted pod is simply
+gone), admission, field validation of patches, JSON patch (``415``). Each test says
+which parts of what it checks rest on this stand-in.
+"""
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class Pdb:
+    """A PodDisruptionBudget stand-in: pods in ``namespace`` matching ``match_labels``
+    may be evicted while ``disruptions_allowed`` > 0 (each eviction uses one)."""
+
+    namespace: str
+    match_labels: dict[str, str]
+    disruptions_allowed: int
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge(result.get(key), value)
+    return result
+
+
+def _matches_labels(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif labels.get(term) is None:
+            return False
+    return True
+
+
+def _field(obj: dict[str, Any], path: str) -> Any:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _matches_fields(obj: dict[str, Any], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.replace("==", "=").partition("=")
+        if str(_field(obj, key) or "") != value:
+            return False
+    return True
+
+
+class KubeStandin:
+    """The stand-in's state and server. ``start()`` serves on 127.0.0.1 (a free port)."""
+
+    def __init__(self, token: str = "standin-token") -> None:
+        self.token = token
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pdbs: list[Pdb] = []
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, content-type)
+        self.lock = threading.RLock()
+        self._rv = 100
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> "KubeStandin":
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- fixtures ------------------------------------------------------------------
+    def next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def add_node(self, name: str, labels: dict[str, str] | None = None,
+                 address: str = "127.0.0.1") -> dict[str, Any]:
+        with self.lock:
+            node = {
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": dict(labels or {}), "annotations": {},
+                             "resourceVersion": self.next_rv(), "uid": f"uid-node-{name}"},
+                "spec": {},
+                "status": {"addresses": [{"type": "InternalIP", "address": address}]},
+            }
+            self.nodes[name] = node
+            return node
+
+    def add_pod(self, namespace: str, name: str, node: str, *,
+                labels: dict[str, str] | None = None, pod_ip: str = "127.0.0.1",
+                port: int | None = None, owner_kind: str = "ReplicaSet",
+                ready: bool = True) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "main", "image": "example/app:1"}
+        if port is not None:
+            container["ports"] = [{"name": "agent", "containerPort": port}]
+        with self.lock:
+            pod = {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
+                             "resourceVersion": self.next_rv(), "uid": f"uid-pod-{name}",
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind,
+                                                  "name": f"{name}-owner", "uid": "o-1",
+                                                  "controller": True}]},
+                "spec": {"nodeName": node, "containers": [container]},
+                "status": {"phase": "Running", "podIP": pod_ip,
+                           "conditions": [{"type": "Ready",
+                                           "status": "True" if ready else "False"}]},
+            }
+            self.pods[(namespace, name)] = pod
+            return pod
+
+    def add_secret(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        with self.lock:
+            self.secrets[(namespace, name)] = {
+                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace,
+                             "resourceVersion": self.next_rv()},
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+            }
+
+    def add_pdb(self, namespace: str, match_labels: dict[str, str], allowed: int) -> Pdb:
+        pdb = Pdb(namespace, dict(match_labels), allowed)
+        with self.lock:
+            self.pdbs.append(pdb)
+        return pdb
+
+    def patch_node_directly(self, name: str, patch: dict[str, Any]) -> None:
+        """What another actor (a person, a controller) does to a node."""
+        with self.lock:
+            node = _merge(self.nodes[name], patch)
+            node["metadata"]["resourceVersion"] = self.next_rv()
+            self.nodes[name] = node
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Success" if code < 300 else "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+class _Failure(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+_NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+_PODS_NS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+_EVICT = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
+_SECRET = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets/([^/]+)$")
+
+
+def _make_handler(api: KubeStandin) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def _send(self, code: int, payload: Any) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _handle(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0]
+            with api.lock:
+                api.requests.append((method, parts.path, content_type))
+            if self.headers.get("Authorization") != f"Bearer {api.token}":
+                self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+                return
+            try:
+                body = json.loads(raw) if raw else None
+                code, payload = _route(api, method, parts.path, query, body, content_type)
+            except _Failure as failure:
+                code, payload = failure.code, _status(failure.code, failure.reason,
+                                                      failure.message)
+            self._send(code, payload)
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_PATCH(self) -> None:
+            self._handle("PATCH")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+        def do_DELETE(self) -> None:
+            self._handle("DELETE")
+
+    return Handler
+
+
+def _list(kind: str, items: list[dict[str, Any]], rv: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": rv},
+            "items": items}
+
+
+def _select(objects: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
+    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    return [json.loads(json.dumps(o)) for o in objects
+            if _matches_labels(o["metadata"].get("labels") or {}, labels)
+            and _matches_fields(o, fields)]
+
+
+def _route(api: KubeStandin, method: str, path: str, query: dict[str, str], body: Any,
+           content_type: str) -> tuple[int, Any]:
+    with api.lock:
+        rv = str(api._rv)
+        if method == "GET" and path == "/api/v1/nodes":
+            return 200, _list("NodeList", _select(list(api.nodes.values()), query), rv)
+        if method == "GET" and path == "/api/v1/pods":
+            return 200, _list("PodList", _select(list(api.pods.values()), query), rv)
+        if (m := _PODS_NS.match(path)) and method == "GET":
+            pods = [p for (ns, _), p in api.pods.items() if ns == m.group(1)]
+            return 200, _list("PodList", _select(pods, query), rv)
+        if m := _NODE.match(path):
+            return _node(api, method, m.group(1), body, content_type)
+        if m := _EVICT.match(path):
+            if method != "POST":
+                raise _Failure(405, "MethodNotAllowed", "method not allowed")
+            return _evict(api, m.group(1), m.group(2))
+        if m := _POD.match(path):
+            pod = api.pods.get((m.group(1), m.group(2)))
+            if pod is None:
+                raise _Failure(404, "NotFound", f'pods "{m.group(2)}" not found')
+            if method == "GET":
+                return 200, pod
+            if method == "DELETE":
+                del api.pods[(m.group(1), m.group(2))]
+                return 200, pod
+        if (m := _SECRET.match(path)) and method == "GET":
+            secret = api.secrets.get((m.group(1), m.group(2)))
+            if secret is None:
+                raise _Failure(404, "NotFound", f'secrets "{m.group(2)}" not found')
+            return 200, secret
+    raise _Failure(404, "NotFound", f"the stand-in does not serve {method} {path}")
+
+
+def _node(api: KubeStandin, method: str, name: str, body: Any,
+          content_type: str) -> tuple[int, Any]:
+    node = api.nodes.get(name)
+    if node is None:
+        raise _Failure(404, "NotFound", f'nodes "{name}" not found')
+    if method == "GET":
+        return 200, node
+    if method != "PATCH":
+        raise _Failure(405, "MethodNotAllowed", "method not allowed")
+    if content_type not in ("application/merge-patch+json",
+                            "application/strategic-merge-patch+json"):
+        raise _Failure(415, "UnsupportedMediaType",
+                       f"the stand-in does not apply {content_type or 'no content type'}")
+    if not isinstance(body, dict):
+        raise _Failure(400, "BadRequest", "a merge patch must be a JSON object")
+    wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+    if wanted_rv is not None and wanted_rv != node["metadata"]["resourceVersion"]:
+        raise _Failure(409, "Conflict",
+                       f'Operation cannot be fulfilled on nodes "{name}": the object has '
+                       "been modified; please apply your changes to the latest version "
+                       "and try again")
+    patched = _merge(node, body)
+    patched["metadata"]["resourceVersion"] = api.next_rv()
+    api.nodes[name] = patched
+    return 200, patched
+
+
+def _evict(api: KubeStandin, namespace: str, name: str) -> tuple[int, Any]:
+    pod = api.pods.get((namespace, name))
+    if pod is None:
+        raise _Failure(404, "NotFound", f'pods "{name}" not found')
+    labels = pod["metadata"].get("labels") or {}
+    covering = [p for p in api.pdbs if p.namespace == namespace
+                and all(labels.get(k) == v for k, v in p.match_labels.items())]
+    if any(p.disruptions_allowed <= 0 for p in covering):
+        raise _Failure(429, "TooManyRequests",
+                       "Cannot evict pod as it would violate the pod's disruption budget.")
+    for pdb in covering:
+        pdb.disruptions_allowed -= 1
+    del api.pods[(namespace, name)]
+    return 201, _status(201, "", "")
+
+
+@contextmanager
+def running_standin(token: str = "standin-token") -> Iterator[KubeStandin]:
+    api = KubeStandin(token).start()
+    try:
+        yield api
+    finally:
+        api.stop()

@@ -1,0 +1,107 @@
+"""gameday's real ctypes bindings to the CUDA driver and NVML, its DCGM client, and
+bench/gpu_check.py, run against STAND-INS: small C implementations of ``libcuda.so.1``
+and ``libnvidia-ml.so.1`` (tests/node/gpu_standin/*.c) compiled here with the C
+compiler, and stand-in DCGM Python bindings (tests/node/gpu_standin/dcgm_bindings/,
+the module and function names of DCGM's own). They check argument passing, structures,
+error mapping and context handling of the real code; what a real driver and DCGM do is
+checked by bench/gpu_check.py on a GPU machine. Everything runs in subprocesses, so the
+stand-ins never load into the test process."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+SOURCES = Path(__file__).parent / "gpu_standin"
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def standin_libs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in CUDA and NVML libraries")
+    directory = tmp_path_factory.mktemp("gdgpu-libs")
+    for source, name, extra in (("libcuda_standin.c", "libcuda.so.1", []),
+                                ("libnvml_standin.c", "libnvidia-ml.so.1", ["-ldl"])):
+        subprocess.run([compiler, "-shared", "-fPIC", "-Wall", f"-Wl,-soname,{name}", "-o",
+                        str(directory / name), str(SOURCES / source), *extra],
+                       check=True, capture_output=True, timeout=60)
+    yield directory
+
+
+def run_with(libs: Path, *args: str, dcgm: bool = False) -> subprocess.CompletedProcess[str]:
+    path = [str(REPO)] + ([str(SOURCES / "dcgm_bindings")] if dcgm else [])
+    env = {**os.environ, "LD_LIBRARY_PATH": str(libs), "PYTHONPATH": os.pathsep.join(path)}
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def seen(standin_libs: Path) -> dict[str, Any]:
+    result = run_with(standin_libs, str(SOURCES / "exercise.py"), dcgm=True)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def test_nvml_reads_through_ctypes(seen: dict[str, Any]) -> None:
+    assert seen["unavailable"] == [None, None]
+    gpu0, gpu1 = seen["gpus"]
+    assert gpu0["name"] == "Stand-in H100 0" and gpu0["pci_bus_id"] == "00000000:18:00.0"
+    assert gpu0["uuid"].endswith("000000000000") and gpu1["uuid"].endswith("000000000001")
+    assert (gpu0["memory_total"], gpu0["memory_used"]) == (8 * GIB, GIB)
+    assert (gpu0["temperature_c"], gpu1["temperature_c"]) == (40, 41)
+    assert (gpu0["sm_clock_mhz"], gpu0["max_sm_clock_mhz"]) == (1755, 1980)
+    assert (gpu0["ecc_corrected"], gpu0["ecc_uncorrected"]) == (5, 1)
+    assert gpu1["ecc_corrected"] is None and gpu0["clocks_event_reasons"] == 1
+    assert seen["not_supported"] == "nvmlDeviceSetGpuLockedClocks: Not Supported"
+
+
+def test_cuda_holds_and_frees_through_ctypes_leaving_no_context(seen: dict[str, Any]) -> None:
+    held, chunks, used1, used0, nvml_used = seen["held"]
+    assert (held, chunks, used1, used0) == (3 * GIB + 1, 4, 3 * GIB + 1, 0)
+    assert nvml_used == GIB + 3 * GIB + 1
+    assert seen["context_depth_while_held"] == 0  # no context left current on the thread
+    assert seen["after_release"] == [0, 0, 0]
+    assert "cannot hold 9663676416 bytes: only 8589934592" in seen["refused"]
+    assert seen["after_refusal"] == [0, 0]
+    assert seen["bad_device"] == "cuDeviceGetByPCIBusId: CUDA_ERROR_INVALID_VALUE"
+
+
+def test_host_handlers_over_the_ctypes_bindings(seen: dict[str, Any]) -> None:
+    assert seen["kinds"]["gpu.oom"] == "device" and seen["kinds"]["gpu.thermal"] == "telemetry"
+    assert [g["pci_bus_id"] for g in seen["inventory"]] == ["00000000:18:00.0",
+                                                           "00000000:28:00.0"]
+    assert seen["oom"] == [4 * GIB, 5 * GIB]  # half of the 8 GiB CUDA sees free
+    assert seen["oom_reverted"] == GIB
+    assert seen["thermal0"] == ["locked_clocks", [495, 700000], [1755, 700000]]
+    assert seen["thermal1"] == ["power_limit", [1755, 200000], [1755, 700000]]
+    assert seen["kmsg"].startswith("<3>NVRM: Xid (PCI:0000:28:00): 79, ")
+
+
+def test_gpu_check_runs_its_whole_path_on_the_stand_ins(standin_libs: Path) -> None:
+    result = run_with(standin_libs, "bench/gpu_check.py", "--mib", "64")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert "gpu 1: Stand-in H100 1" in result.stdout and "ECC volatile n/a" in result.stdout
+    assert "NVML used 1024 -> 1088 -> 1024 MiB" in result.stdout
+    assert lines[-1] == "gpu_check: gpus=2 status=ok held_ratio=1.000"
+
+
+def test_dcgm_injection_through_the_bindings(seen: dict[str, Any]) -> None:
+    assert seen["dcgm_unavailable"] is None
+    dcgm = seen["dcgm"]
+    assert dcgm["connected"] is True
+    assert (dcgm["xid_during"], dcgm["xid_after"]) == (79, 0)  # GPU 1 is DCGM's GPU 9
+    assert (dcgm["sbe_during"], dcgm["sbe_after"]) == (6, 4)
+    assert dcgm["thermal_during"] == [97, 0x20, 990]
+    assert dcgm["thermal_after"] == [0, 0, 0]

@@ -1,0 +1,434 @@
+"""The real GPU fault handlers (``gameday.node.host.gpu``) and their libraries.
+
+This machine has no GPU, no NVIDIA driver and no DCGM, so the CUDA driver, NVML and
+DCGM are STAND-INS here (``StandInCuda``, ``StandInNvml``, ``StandInDcgm``: small
+in-memory models of the calls behind each Protocol). What is real: the kernel-log
+writer writes real records to a temporary file standing in for ``/dev/kmsg`` (never
+the real one), the DCGM hold runs its real refresh thread, and the real ctypes
+libraries are loaded and report why they are unavailable. ``bench/gpu_check.py`` runs
+the real CUDA and NVML code on a GPU machine.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.host.backend import HostBackend, host_backend
+from gameday.node.host.cuda import CudaError, LibCuda, hold_memory
+from gameday.node.host.dcgm import FIELDS, HeldInjection, PyDcgm
+from gameday.node.host.gpu import GpuHost, gpu_handlers
+from gameday.node.host.kmsg import KernelLog, pci_for_xid, xid_line
+from gameday.node.host.nvml import LibNvml, NvmlError, NvmlNotSupported, read_gpu
+from tests.conftest import REPO
+
+GIB = 1 << 30
+#: How node problem detector and DCGM recognise a driver Xid line.
+XID_PATTERN = re.compile(r"NVRM: Xid \(PCI:([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2})\): (\d+),")
+
+
+@dataclass
+class StandInCuda:
+    """Stand-in for the CUDA driver: per-device free memory, contexts and allocations."""
+
+    free: dict[int, int] = field(default_factory=lambda: {0: 80 * GIB, 1: 80 * GIB})
+    total: int = 80 * GIB
+    fail_after: int | None = None  # allocations that succeed before one fails
+    reason: str | None = None
+    contexts: dict[int, int] = field(default_factory=dict)  # context -> device
+    allocations: dict[int, tuple[int, int]] = field(default_factory=dict)  # ptr -> (ctx, size)
+    devices_by_pci: dict[str, int] = field(default_factory=lambda: {
+        "0000:18:00.0": 0, "0000:28:00.0": 1})
+    _next: int = 0x1000
+
+    def unavailable(self) -> str | None:
+        return self.reason
+
+    def device(self, pci_bus_id: str | None, ordinal: int) -> int:
+        if pci_bus_id is None:
+            return ordinal
+        key = pci_for_xid(pci_bus_id) + ".0"
+        if key not in self.devices_by_pci:
+            raise CudaError("cuDeviceGetByPCIBusId: CUDA_ERROR_INVALID_VALUE")
+        return self.devices_by_pci[key]
+
+    def create_context(self, device: int) -> int:
+        self._next += 1
+        self.contexts[self._next] = device
+        return self._next
+
+    def destroy_context(self, context: int) -> None:
+        assert not any(c == context for c, _ in self.allocations.values()), "leaked memory"
+        del self.contexts[context]
+
+    def mem_get_info(self, context: int) -> tuple[int, int]:
+        return self.free[self.contexts[context]], self.total
+
+    def mem_alloc(self, context: int, size: int) -> int:
+        if self.fail_after is not None and len(self.allocations) >= self.fail_after:
+            raise CudaError("cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY")
+        device = self.contexts[context]
+        assert size <= self.free[device]
+        self.free[device] -= size
+        self._next += 1
+        self.allocations[self._next] = (context, size)
+        return self._next
+
+    def mem_free(self, context: int, pointer: int) -> None:
+        owner, size = self.allocations.pop(pointer)
+        assert owner == context
+        self.free[self.contexts[context]] += size
+
+
+@dataclass
+class StandInNvml:
+    """Stand-in for NVML: two H100s with settable clocks and power limits."""
+
+    reason: str | None = None
+    locked_clocks_supported: bool = True
+    locked: dict[int, tuple[int, int]] = field(default_factory=dict)
+    power_mw: dict[int, int] = field(default_factory=lambda: {0: 700_000, 1: 700_000})
+    calls: list[str] = field(default_factory=list)
+
+    def unavailable(self) -> str | None:
+        return self.reason
+
+    def device_count(self) -> int:
+        return 2
+
+    def name(self, index: int) -> str:
+        return "NVIDIA H100 80GB HBM3"
+
+    def uuid(self, index: int) -> str:
+        return f"GPU-0000000{index}-1111-2222-3333-444444444444"
+
+    def pci_bus_id(self, index: int) -> str:
+        return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+
+    def memory(self, index: int) -> tuple[int, int, int]:
+        return 80 * GIB, GIB, 79 * GIB
+
+    def temperature_c(self, index: int) -> int:
+        return 35
+
+    def sm_clock_mhz(self, index: int) -> tuple[int, int]:
+        return self.locked.get(index, (1980, 1980))[1], 1980
+
+    def ecc_volatile(self, index: int) -> tuple[int, int]:
+        raise NvmlNotSupported("nvmlDeviceGetTotalEccErrors: Not Supported")
+
+    def clocks_event_reasons(self, index: int) -> int:
+        return 0
+
+    def set_locked_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
+        self.calls.append(f"set_locked_clocks({index}, {min_mhz}, {max_mhz})")
+        if not self.locked_clocks_supported:
+            raise NvmlNotSupported("nvmlDeviceSetGpuLockedClocks: Not Supported")
+        self.locked[index] = (min_mhz, max_mhz)
+
+    def reset_locked_clocks(self, index: int) -> None:
+        self.calls.append(f"reset_locked_clocks({index})")
+        self.locked.pop(index, None)
+
+    def power_limit_mw(self, index: int) -> tuple[int, int, int]:
+        return self.power_mw[index], 200_000, 700_000
+
+    def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
+        self.calls.append(f"set_power_limit_mw({index}, {milliwatts})")
+        self.power_mw[index] = milliwatts
+
+
+@dataclass
+class StandInDcgm:
+    """Stand-in for DCGM's host engine: field values per (gpu id, field id)."""
+
+    reason: str | None = None
+    values: dict[tuple[int, int], int] = field(default_factory=dict)
+    injections: list[tuple[int, int, int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def unavailable(self) -> str | None:
+        return self.reason
+
+    def gpu_id(self, uuid: str) -> int:
+        return 10 + int(uuid[4:12])  # DCGM's ids need not be NVML's indexes
+
+    def latest(self, gpu_id: int, field_id: int) -> int | None:
+        with self.lock:
+            return self.values.get((gpu_id, field_id))
+
+    def inject(self, gpu_id: int, field_id: int, value: int) -> None:
+        with self.lock:
+            self.values[(gpu_id, field_id)] = value
+            self.injections.append((gpu_id, field_id, value))
+
+
+@dataclass
+class Host:
+    backend: HostBackend
+    cuda: StandInCuda
+    nvml: StandInNvml
+    dcgm: StandInDcgm
+    kmsg: Path
+
+    def lines(self) -> list[str]:
+        return self.kmsg.read_text().splitlines() if self.kmsg.exists() else []
+
+
+def make_host(tmp_path: Path, *, dcgm: bool = True, kmsg: bool = True,
+              cuda: bool = True) -> Host:
+    log = tmp_path / "kmsg"
+    if kmsg:
+        log.touch()
+    stand_ins = (StandInCuda(reason=None if cuda else "no CUDA driver (stand-in)"),
+                 StandInNvml(), StandInDcgm(reason=None if dcgm else "no DCGM (stand-in)"))
+    host = GpuHost(nvml=stand_ins[1], cuda=stand_ins[0], dcgm=stand_ins[2],
+                   kmsg=KernelLog(str(log)), node="gpu-host", dcgm_refresh_s=0.02)
+    return Host(HostBackend("gpu-host", gpu_handlers(host)), *stand_ins, log)
+
+
+def request(fault_kind: str, gpu: int = 1, **params: object) -> FaultRequest:
+    return FaultRequest(fault_kind, {"gpu": gpu}, params)
+
+
+# -- CUDA memory hold ---------------------------------------------------------------------
+
+
+def test_hold_memory_by_fraction_and_by_bytes_then_release_frees_it() -> None:
+    cuda = StandInCuda()
+    hold = hold_memory(cuda, pci_bus_id="00000000:18:00.0", ordinal=0, fraction=0.5)
+    assert hold.held_bytes == 40 * GIB and cuda.free[0] == 40 * GIB
+    assert len(hold.pointers) == 40  # 1 GiB chunks
+    other = hold_memory(cuda, pci_bus_id=None, ordinal=1, size_bytes=3 * GIB + 5)
+    assert cuda.free[1] == 77 * GIB - 5 and len(other.pointers) == 4
+    hold.release()
+    hold.release()  # idempotent
+    other.release()
+    assert cuda.free == {0: 80 * GIB, 1: 80 * GIB} and cuda.contexts == {}
+
+
+def test_asking_for_more_than_is_free_is_refused_before_anything_is_held() -> None:
+    cuda = StandInCuda()
+    with pytest.raises(FaultRejected, match=r"only 85899345920 of .* free; nothing"):
+        hold_memory(cuda, pci_bus_id=None, ordinal=0, size_bytes=81 * GIB)
+    assert cuda.allocations == {} and cuda.contexts == {} and cuda.free[0] == 80 * GIB
+
+
+def test_a_failed_allocation_half_way_frees_what_was_held() -> None:
+    cuda = StandInCuda(fail_after=3)
+    with pytest.raises(FaultRejected, match="CUDA_ERROR_OUT_OF_MEMORY after 3221225472"):
+        hold_memory(cuda, pci_bus_id=None, ordinal=0, size_bytes=10 * GIB)
+    assert cuda.allocations == {} and cuda.contexts == {} and cuda.free[0] == 80 * GIB
+
+
+def test_gpu_oom_through_the_host_backend(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    assert host.backend.kinds()["gpu.oom"] == "device"
+    applied = host.backend.apply("f1", request("gpu.oom", 1, size_bytes=None, fraction=0.25))
+    assert applied["held_bytes"] == 20 * GIB and host.cuda.free[1] == 60 * GIB
+    assert host.cuda.free[0] == 80 * GIB  # GPU 1 by PCI bus id, not GPU 0
+    host.backend.revert("f1", request("gpu.oom"))
+    host.backend.revert("f1", request("gpu.oom"))
+    assert host.cuda.free[1] == 80 * GIB and host.cuda.contexts == {}
+    with pytest.raises(FaultRejected, match=r"target\.gpu 7 does not exist on gpu-host"):
+        host.backend.apply("f2", request("gpu.oom", 7, fraction=0.5))
+
+
+def test_gpu_oom_is_unavailable_without_a_cuda_driver(tmp_path: Path) -> None:
+    host = make_host(tmp_path, cuda=False)
+    assert host.backend.capabilities()["gpu.oom"] == "no CUDA driver (stand-in)"
+    with pytest.raises(FaultRejected, match=r"gpu\.oom cannot be applied on this host: no CUDA"):
+        host.backend.apply("f1", request("gpu.oom", fraction=0.5))
+
+
+# -- Xid: kernel log and DCGM -------------------------------------------------------------
+
+
+def test_xid_line_is_in_the_drivers_format() -> None:
+    line = xid_line("00000000:3B:00.0", 48, "abc123")
+    match = XID_PATTERN.search(line)
+    assert match is not None and match.groups() == ("0000:3b:00", "48")
+    assert "double bit error" in line and line.endswith("[gameday fault abc123]")
+    assert pci_for_xid("0000:B3:00.0") == "0000:b3:00"
+    with pytest.raises(ValueError, match="not a PCI bus id"):
+        pci_for_xid("nonsense")
+
+
+def test_gpu_xid_writes_the_kernel_log_and_holds_dcgm_xid_field(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    applied = host.backend.apply("x1", request("gpu.xid", 1, xid=43))
+    assert applied["channels"] == ["kmsg", "dcgm"]
+    [line] = host.lines()
+    assert line.startswith("<3>NVRM: Xid (PCI:0000:28:00): 43, ")
+    assert host.dcgm.latest(11, FIELDS["DCGM_FI_DEV_XID_ERRORS"]) == 43
+    host.dcgm.inject(11, 230, 0)  # DCGM samples the real GPU: the hold puts it back
+    deadline = time.monotonic() + 5
+    while host.dcgm.latest(11, 230) != 43 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert host.dcgm.latest(11, 230) == 43
+    host.backend.revert("x1", request("gpu.xid"))
+    assert host.dcgm.latest(11, 230) == 0
+    count = len(host.dcgm.injections)
+    time.sleep(0.1)
+    assert len(host.dcgm.injections) == count  # no longer refreshed
+    assert [t.name for t in threading.enumerate() if t.name.startswith("dcgm-hold")] == []
+
+
+def test_gpu_xid_without_dcgm_writes_only_the_kernel_log(tmp_path: Path) -> None:
+    host = make_host(tmp_path, dcgm=False)
+    applied = host.backend.apply("x1", request("gpu.xid", 0, xid=119))
+    assert applied["channels"] == ["kmsg"] and applied["dcgm_fields"] == []
+    assert "GSP" in host.lines()[0] and host.dcgm.injections == []
+    with pytest.raises(FaultRejected, match=r"'xid' must be an integer 1\.\.999"):
+        host.backend.apply("x2", request("gpu.xid", 0, xid=0))
+
+
+def test_xid_kinds_are_unavailable_without_kernel_log_and_dcgm(tmp_path: Path) -> None:
+    host = make_host(tmp_path, dcgm=False, kmsg=False)
+    reason = host.backend.capabilities()["gpu.xid"]
+    assert reason is not None and "neither the kernel log" in reason and "kmsg" in reason
+    assert host.backend.capabilities()["gpu.fall_off_bus"] == reason
+
+
+def test_fall_off_bus_reports_xid_79_and_leaves_the_gpu_alone(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    applied = host.backend.apply("b1", request("gpu.fall_off_bus", 0))
+    assert applied["xid"] == 79
+    match = XID_PATTERN.search(host.lines()[0])
+    assert match is not None and match.groups() == ("0000:18:00", "79")
+    assert "fallen off the bus" in host.lines()[0]
+    assert host.backend.inventory()["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
+    host.backend.revert("b1", request("gpu.fall_off_bus"))
+    assert host.dcgm.latest(10, 230) == 0
+
+
+def test_gpu_ecc_adds_to_dcgm_counters_and_reports_the_xid(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    dbe = FIELDS["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+    host.dcgm.inject(11, dbe, 2)
+    applied = host.backend.apply("e1", request("gpu.ecc", 1, kind="double_bit", count=3,
+                                               xid=48, corrupt_weights=False))
+    assert applied["channels"] == ["kmsg", "dcgm"] and applied["count"] == 3
+    assert host.dcgm.latest(11, dbe) == 5 and host.dcgm.latest(11, 230) == 48
+    assert "(PCI:0000:28:00): 48," in host.lines()[0]
+    host.backend.revert("e1", request("gpu.ecc"))
+    assert host.dcgm.latest(11, dbe) == 2 and host.dcgm.latest(11, 230) == 0
+
+
+def test_gpu_ecc_refuses_what_a_real_host_cannot_do(tmp_path: Path) -> None:
+    host = make_host(tmp_path, dcgm=False)
+    with pytest.raises(FaultRejected, match="corrupt_weights is lab-only"):
+        host.backend.apply("e1", request("gpu.ecc", 0, count=0, corrupt_weights=True))
+    with pytest.raises(FaultRejected, match="ECC counts need DCGM"):
+        host.backend.apply("e2", request("gpu.ecc", 0, kind="single_bit", count=1))
+    assert host.lines() == []
+    applied = host.backend.apply("e3", request("gpu.ecc", 0, count=0, xid=94))
+    assert applied["channels"] == ["kmsg"] and "Contained" in host.lines()[0]
+
+
+# -- thermal ------------------------------------------------------------------------------
+
+
+def test_thermal_injects_dcgm_fields_and_touches_no_device_setting(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    assert host.backend.kinds()["gpu.thermal"] == "telemetry"
+    applied = host.backend.apply("t1", request("gpu.thermal", 1, temperature_c=95.0,
+                                               clock_ratio=0.25, reason="hw_thermal",
+                                               allow_device_settings=False))
+    assert applied["sm_clock_mhz"] == 495 and applied["channels"] == ["dcgm"]
+    assert host.dcgm.latest(11, 150) == 95 and host.dcgm.latest(11, 112) == 0x60
+    assert host.dcgm.latest(11, 100) == 495
+    assert host.nvml.calls == []
+    host.backend.revert("t1", request("gpu.thermal"))
+    assert host.dcgm.latest(11, 112) == 0
+
+
+def test_thermal_without_dcgm_needs_allow_device_settings(tmp_path: Path) -> None:
+    host = make_host(tmp_path, dcgm=False)
+    with pytest.raises(FaultRejected, match="allow_device_settings: true"):
+        host.backend.apply("t1", request("gpu.thermal", 0, clock_ratio=0.5))
+    assert host.nvml.calls == []
+
+
+def test_thermal_with_allow_device_settings_locks_clocks_and_resets_them(
+        tmp_path: Path) -> None:
+    host = make_host(tmp_path, dcgm=False)
+    applied = host.backend.apply("t1", request("gpu.thermal", 0, clock_ratio=0.5,
+                                               allow_device_settings=True))
+    assert applied["device_setting"] == "locked_clocks" and applied["channels"] == ["nvml"]
+    assert host.nvml.locked == {0: (990, 990)}
+    host.backend.revert("t1", request("gpu.thermal"))
+    host.backend.revert("t1", request("gpu.thermal"))
+    assert host.nvml.locked == {}
+    assert host.nvml.calls == ["set_locked_clocks(0, 990, 990)", "reset_locked_clocks(0)"]
+
+
+def test_thermal_falls_back_to_the_power_limit_and_restores_it(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    host.nvml.locked_clocks_supported = False
+    applied = host.backend.apply("t1", request("gpu.thermal", 1, clock_ratio=0.1,
+                                               allow_device_settings=True))
+    assert applied["device_setting"] == "power_limit"
+    assert host.nvml.power_mw[1] == 200_000  # clamped to the device's minimum
+    host.backend.revert("t1", request("gpu.thermal"))
+    assert host.nvml.power_mw[1] == 700_000
+
+
+# -- the real libraries on this machine ---------------------------------------------------
+
+
+def test_the_real_libraries_say_why_they_are_unavailable_here(tmp_path: Path) -> None:
+    cuda, nvml, dcgm = LibCuda(), LibNvml(), PyDcgm()
+    if cuda.unavailable() is None or nvml.unavailable() is None:
+        pytest.skip("this machine has an NVIDIA driver; bench/gpu_check.py exercises it")
+    assert "libcuda.so.1" in (cuda.unavailable() or "")
+    assert "libnvidia-ml.so.1" in (nvml.unavailable() or "")
+    assert "DCGM" in (dcgm.unavailable() or "")
+    with pytest.raises(NvmlError, match="no NVIDIA driver"):
+        nvml.device_count()
+    with pytest.raises(CudaError, match="no CUDA driver"):
+        cuda.device(None, 0)
+    assert KernelLog(str(tmp_path / "absent")).unavailable() is not None
+    backend = host_backend("here")
+    gpu_kinds = {k: r for k, r in backend.capabilities().items() if k.startswith("gpu.")}
+    assert set(gpu_kinds) == {"gpu.oom", "gpu.xid", "gpu.ecc", "gpu.fall_off_bus",
+                              "gpu.thermal"}
+    assert all(reason for reason in gpu_kinds.values())
+    assert backend.inventory()["gpus"] == []
+    with pytest.raises(FaultRejected, match="cannot be applied on this host"):
+        backend.apply("x", request("gpu.xid", 0, xid=48))
+
+
+def test_read_gpu_reads_everything_and_tolerates_unsupported_fields() -> None:
+    reading = read_gpu(StandInNvml(), 1)
+    assert reading.pci_bus_id == "00000000:28:00.0" and reading.max_sm_clock_mhz == 1980
+    assert reading.ecc_corrected is None and reading.memory_free == 79 * GIB
+
+
+def test_held_injection_restores_zero_where_dcgm_had_no_value() -> None:
+    dcgm = StandInDcgm()
+    held = HeldInjection(dcgm, 3, {150: 99}, refresh_s=0)
+    assert dcgm.latest(3, 150) == 99
+    held.release()
+    held.release()
+    assert dcgm.latest(3, 150) == 0 and len(dcgm.injections) == 2
+
+
+def test_gpu_check_says_clearly_that_there_is_no_driver_here() -> None:
+    if LibNvml().unavailable() is None:
+        pytest.skip("this machine has an NVIDIA driver")
+    result = subprocess.run([sys.executable, "bench/gpu_check.py"], cwd=REPO, text=True,
+                            capture_output=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert "no NVIDIA GPU or driver present" in lines[0]
+    assert lines[-1] == "gpu_check: gpus=0 status=no-driver"

@@ -1,0 +1,112 @@
+"""service.latency / service.timeout on a host: a real TCP proxy put in front of a real
+HTTP server's loopback port by a real nftables/iptables redirect; a real client that
+knows nothing of the proxy sees the latency and the stall."""
+
+import http.client
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.host.proxy import ServiceProxyFault
+from tests.node.net_support import PREFIX, leftovers
+
+pytestmark = pytest.mark.skipif(
+    ServiceProxyFault("service.latency").unavailable() is not None,
+    reason=str(ServiceProxyFault("service.latency").unavailable()))
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"hello")
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def service() -> Iterator[int]:
+    assert leftovers() == []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+    assert leftovers() == []
+
+
+def _get(port: int, timeout_s: float = 5.0) -> tuple[str, float]:
+    """One request on a new connection: the body (or the error) and the time taken."""
+    started = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/")
+        answer = conn.getresponse().read().decode()
+    except (OSError, http.client.HTTPException) as exc:
+        answer = type(exc).__name__
+    finally:
+        conn.close()
+    return answer, time.monotonic() - started
+
+
+def test_latency_is_added_in_front_of_the_port_and_removed_on_revert(service: int) -> None:
+    assert _get(service)[0] == "hello"
+    fault = ServiceProxyFault("service.latency", prefix=PREFIX)
+    request = FaultRequest("service.latency", {"port": service}, {"delay_ms": 300})
+    details = fault.apply("f-lat-1", request)
+    try:
+        assert details["proxy_port"] != service
+        answers = [_get(service) for _ in range(3)]
+    finally:
+        fault.revert("f-lat-1", request)
+    assert all(body == "hello" and 0.28 <= took < 3.0 for body, took in answers), answers
+    body, took = _get(service)
+    assert body == "hello" and took < 0.25
+    fault.revert("f-lat-1", request)  # idempotent
+
+
+def test_timeout_stalls_requests_then_resets_them(service: int) -> None:
+    fault = ServiceProxyFault("service.timeout", prefix=PREFIX)
+    request = FaultRequest("service.timeout", {"port": service}, {"hang_s": 0.6})
+    fault.apply("f-to-1", request)
+    try:
+        assert _get(service, timeout_s=0.3)[0] == "TimeoutError"
+        body, took = _get(service, timeout_s=5.0)
+        assert body in ("ConnectionResetError", "RemoteDisconnected") and 0.5 <= took < 3.0
+    finally:
+        fault.revert("f-to-1", request)
+    assert _get(service, timeout_s=1.0)[0] == "hello"
+
+
+def test_the_stall_ends_with_its_duration_and_held_requests_go_through(service: int) -> None:
+    fault = ServiceProxyFault("service.timeout", prefix=PREFIX)
+    request = FaultRequest("service.timeout", {"port": service},
+                           {"hang_s": 30, "duration_s": 0.8})
+    fault.apply("f-to-2", request)
+    try:
+        body, took = _get(service, timeout_s=5.0)
+    finally:
+        fault.revert("f-to-2", request)
+    assert body == "hello" and 0.6 <= took < 3.0
+
+
+@pytest.mark.parametrize(("target", "params", "message"), [
+    ({}, {}, "target.port"),
+    ({"port": 80, "address": "nowhere"}, {}, "target.address"),
+    ({"port": 80}, {"percent": 50}, "params.percent"),
+    ({"port": 80}, {"jitter_ms": 5}, "params.jitter_ms"),
+])
+def test_bad_requests_are_refused(target: dict[str, object], params: dict[str, object],
+                                  message: str) -> None:
+    with pytest.raises(FaultRejected, match=message):
+        ServiceProxyFault("service.latency", prefix=PREFIX).apply(
+            "f-bad", FaultRequest("service.latency", target, params))
+    assert leftovers() == []

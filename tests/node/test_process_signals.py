@@ -1,0 +1,143 @@
+"""process.kill / process.pause on real processes with real signals, and the freezer
+stall (cgroup v1 freezer or v2 cgroup.freeze, whichever this host has)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gameday.agent.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.cgroups import detect
+from gameday.node.host.fusefs import FaultFsLayers
+from gameday.node.host.process import HostSignalFault
+from gameday.node.host.storage import FuseStorageFault
+from gameday.node.processes import find_processes, process_state
+from tests.node.storage_support import PREFIX, PREFIX_ENV, assert_nothing_left
+
+TICKER = ("import sys, time\n"
+          "while True:\n"
+          "    sys.stdout.write('.'); sys.stdout.flush(); time.sleep(0.02)\n")
+
+
+@pytest.fixture(autouse=True)
+def cgroup_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PREFIX_ENV, PREFIX)
+
+
+@pytest.fixture
+def ticker(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real process that writes a dot every 20 ms (its progress is the file's size)."""
+    out = open(tmp_path / "ticks", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([sys.executable, "-c", TICKER, "gdsto-ticker", str(tmp_path)],
+                            stdout=out)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)  # in case a test left it stopped
+            proc.kill()
+        proc.wait()
+        out.close()
+        assert_nothing_left(tmp_path)
+
+
+def ticks(tmp_path: Path) -> int:
+    return (tmp_path / "ticks").stat().st_size
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_pause_stalls_a_real_process_until_reverted(tmp_path: Path,
+                                                    ticker: subprocess.Popen[bytes]) -> None:
+    wait_for(lambda: ticks(tmp_path) > 5)
+    pause = HostSignalFault("process.pause")
+    request = FaultRequest("process.pause", {"pid": ticker.pid}, {"max_processes": 1})
+    details = pause.apply("p-1", request)
+    assert details["signal"] == "SIGSTOP"
+    wait_for(lambda: process_state(ticker.pid) == "T")
+    frozen = ticks(tmp_path)
+    time.sleep(0.4)
+    assert ticks(tmp_path) == frozen, "a stopped process made progress"
+    pause.revert("p-1", request)
+    pause.revert("p-1", request)  # idempotent
+    wait_for(lambda: ticks(tmp_path) > frozen + 3)
+
+
+def test_pause_with_duration_continues_by_itself(tmp_path: Path,
+                                                 ticker: subprocess.Popen[bytes]) -> None:
+    pause = HostSignalFault("process.pause")
+    request = FaultRequest("process.pause", {"cmdline": f"gdsto-ticker {tmp_path}"},
+                           {"duration_s": 0.5})
+    pause.apply("p-2", request)
+    wait_for(lambda: process_state(ticker.pid) == "T")
+    wait_for(lambda: process_state(ticker.pid) in ("S", "R"), timeout=5)
+    pause.revert("p-2", request)
+
+
+def test_kill_by_name_and_the_guards(tmp_path: Path, ticker: subprocess.Popen[bytes]) -> None:
+    kill = HostSignalFault("process.kill")
+    assert find_processes(cmdline=f"gdsto-ticker {tmp_path}") == [ticker.pid]
+    with pytest.raises(FaultRejected, match="refusing to signal pid 1"):
+        kill.apply("k-0", FaultRequest("process.kill", {"pid": 1}, {}))
+    with pytest.raises(FaultRejected, match="matches no process"):
+        kill.apply("k-0", FaultRequest("process.kill", {"cmdline": "gdsto-no-such-thing"}, {}))
+    extra = subprocess.Popen([sys.executable, "-c", TICKER, "gdsto-ticker", str(tmp_path)],
+                             stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(find_processes(cmdline=f"gdsto-ticker {tmp_path}")) == 2)
+        with pytest.raises(FaultRejected, match="matches 2 processes"):
+            kill.apply("k-1", FaultRequest("process.kill",
+                                           {"cmdline": f"gdsto-ticker {tmp_path}"}, {}))
+        assert ticker.poll() is None and extra.poll() is None  # nothing was signalled
+    finally:
+        extra.kill()
+        extra.wait()
+    details = kill.apply("k-2", FaultRequest("process.kill", {"pid": ticker.pid}, {}))
+    assert details["signal"] == "SIGKILL" and ticker.wait(timeout=5) == -9
+    kill.revert("k-2", FaultRequest("process.kill", {"pid": ticker.pid}, {}))
+
+
+def test_freezer_stall_freezes_and_thaws_a_real_process(
+        tmp_path: Path, ticker: subprocess.Popen[bytes]) -> None:
+    if detect().version("freezer") is None:
+        pytest.skip("this host has no cgroup freezer")
+    stall = FuseStorageFault("storage.stall", FaultFsLayers(tmp_path / "gdsto-state"))
+    request = FaultRequest("storage.stall", {"pid": ticker.pid}, {"mechanism": "freezer"})
+    wait_for(lambda: ticks(tmp_path) > 5)
+    details = stall.apply("s-1", request)
+    assert details["cgroup"].startswith(PREFIX)
+    time.sleep(0.3)
+    frozen = ticks(tmp_path)
+    time.sleep(0.4)
+    assert ticks(tmp_path) == frozen, "a frozen process made progress"
+    stall.revert("s-1", request)
+    wait_for(lambda: ticks(tmp_path) > frozen + 3)
+    own = [line for line in Path(f"/proc/{ticker.pid}/cgroup").read_text().splitlines()
+           if "freezer" in line]
+    assert all(PREFIX not in line for line in own), own
+
+
+def test_catalogue_entries_are_the_activities_and_the_host_handlers() -> None:
+    from faults.catalogue import CATALOGUE, by_activity
+    from gameday.node.host.backend import host_backend
+
+    kinds = host_backend("here").capabilities()
+    for name, func in [("storage.stall", "stall"), ("storage.errors", "errors"),
+                       ("storage.slow", "slow"), ("process.kill", "kill"),
+                       ("process.pause", "pause"), ("node.cpu_hog", "cpu_hog"),
+                       ("node.memory_hog", "memory_hog")]:
+        entry = CATALOGUE[name]
+        assert by_activity(f"faults.{name.split('.')[0]}", func) is entry
+        assert name in kinds, f"no host handler for {name}"
+        assert entry.injected_at["lab"] in ("storage", "process")

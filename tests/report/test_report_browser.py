@@ -1,0 +1,238 @@
+"""The HTML report in a real headless browser (Debian's chromium): it renders with its
+charts, and it makes no network request.
+
+How "no request" is proven: chromium is driven over the DevTools protocol
+(``--remote-debugging-pipe``) with the Network domain enabled on the page, so the
+browser itself reports every request the page makes (``Network.requestWillBeSent``,
+the same events DevTools' Network tab shows). A control page with one external image
+must produce such an event (so the probe can see a request); the report must produce
+none besides its own file:// document. The HTML is also checked statically: a CSP of
+``default-src 'none'`` and no attribute or CSS that points anywhere. Chromium's own
+background traffic (update checks, which are not the page's) goes to a recording sink
+proxy on loopback, so nothing leaves the machine.
+"""
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gameday.report.document import render_html
+from gameday.report.summary import summarize
+from tests.report.reports_helpers import real_journal
+
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian package chromium not installed")
+
+URL_ATTRIBUTES = {"src", "href", "action", "srcset", "poster", "data", "xlink:href", "formaction",
+                  "background", "ping", "manifest", "cite", "longdesc"}
+
+
+class _SinkProxy:
+    """Accepts connections on loopback and answers 502: chromium's traffic stays here."""
+
+    def __init__(self) -> None:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.port = self.server.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+        self._thread.join(timeout=5)
+
+
+class _Browser:
+    """Headless chromium driven over the DevTools protocol on a pipe (fds 3 and 4)."""
+
+    def __init__(self, profile: Path, proxy_port: int) -> None:
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+
+        def wire() -> None:  # the DevTools pipe is fds 3 (commands) and 4 (replies)
+            commands, replies = os.dup(to_browser_r), os.dup(from_browser_w)
+            os.dup2(commands, 3)
+            os.dup2(replies, 4)
+
+        self.proc = subprocess.Popen(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--disable-extensions", "--remote-debugging-pipe",
+             f"--user-data-dir={profile}", f"--proxy-server=http://127.0.0.1:{proxy_port}",
+             "--proxy-bypass-list=<-loopback>", "about:blank"],
+            preexec_fn=wire, close_fds=False,  # fds 3 and 4 must survive; the rest is CLOEXEC
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._buffer = b""
+        self._next_id = 0
+        self.events: list[dict[str, Any]] = []
+        self.session = ""
+
+    def _read_message(self) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            chunk = os.read(self._from_browser, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed the DevTools pipe")
+            self._buffer += chunk
+        raw, self._buffer = self._buffer.split(b"\0", 1)
+        message: dict[str, Any] = json.loads(raw)
+        return message
+
+    def call(self, method: str, params: dict[str, Any] | None = None,
+             session: bool = True) -> dict[str, Any]:
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method,
+                                   "params": params or {}}
+        if session and self.session:
+            message["sessionId"] = self.session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._read_message()
+            if reply.get("id") == self._next_id:
+                assert "error" not in reply, reply
+                result: dict[str, Any] = reply.get("result") or {}
+                return result
+            self.events.append(reply)
+
+    def wait_for(self, method: str) -> dict[str, Any]:
+        for event in self.events:
+            if event.get("method") == method:
+                self.events.remove(event)
+                return event
+        while True:
+            event = self._read_message()
+            if event.get("method") == method:
+                return event
+            self.events.append(event)
+
+    def open(self, url: str) -> list[str]:
+        """Load ``url`` in a fresh page; return the URLs of every request it made."""
+        target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)
+        attached = self.call("Target.attachToTarget", {"targetId": target["targetId"],
+                                                       "flatten": True}, session=False)
+        self.session = attached["sessionId"]
+        self.events.clear()
+        self.call("Network.enable")
+        self.call("Page.enable")
+        self.call("Page.navigate", {"url": url})
+        self.wait_for("Page.loadEventFired")
+        self.call("Runtime.evaluate", {"expression": "new Promise(r => setTimeout(r, 300))",
+                                       "awaitPromise": True})
+        return [e["params"]["request"]["url"] for e in self.events
+                if e.get("method") == "Network.requestWillBeSent"]
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", {"expression": expression,
+                                                "returnByValue": True})
+        return result["result"].get("value")
+
+    def screenshot(self, path: Path) -> None:
+        self.call("Emulation.setDeviceMetricsOverride", {"width": 1100, "height": 1400,
+                                                         "deviceScaleFactor": 1,
+                                                         "mobile": False})
+        shot = self.call("Page.captureScreenshot", {"format": "png",
+                                                    "captureBeyondViewport": True})
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            self.call("Browser.close", session=False)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[_Browser]:
+    sink = _SinkProxy()
+    driver = _Browser(tmp_path / "profile", sink.port)
+    try:
+        yield driver
+    finally:
+        driver.close()
+        sink.close()
+    assert driver.proc.returncode is not None
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+        self.csp = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "meta" and (values.get("http-equiv") or "").lower() == \
+                "content-security-policy":
+            self.csp = values.get("content") or ""
+        self.urls += [v for k, v in attrs if k in URL_ATTRIBUTES and v and not
+                      v.startswith("#")]
+        self.urls += re.findall(r"url\(([^)]*)\)", values.get("style") or "")
+
+
+def test_report_renders_charts_and_fetches_nothing(tmp_path: Path, browser: _Browser) -> None:
+    journal = real_journal("flagship")
+    page = render_html(journal, summarize(journal, path="flagship.json", sha256="0" * 64))
+    report = tmp_path / "report.html"
+    report.write_text(page)
+
+    links = _Links()
+    links.feed(page)
+    assert "default-src 'none'" in links.csp
+    assert links.urls == [] and "url(" not in page and "<script" not in page
+    assert "@import" not in page
+
+    requests = browser.open(report.as_uri())
+    assert requests == [report.as_uri()], requests
+    assert browser.evaluate("document.querySelectorAll('svg').length") == 2
+    assert browser.evaluate("document.querySelectorAll('svg rect.fault-window').length") == 1
+    assert browser.evaluate("document.querySelectorAll('svg polyline.sli').length") == 1
+    assert browser.evaluate("document.querySelector('svg g.rto') !== null") is True
+    width = browser.evaluate("document.querySelector('svg.timeline').getBoundingClientRect()"
+                             ".width")
+    assert width > 600, "the timeline chart is laid out at a readable width"
+    text = browser.evaluate("document.body.innerText")
+    assert "RTO 1.20 s (SLO 20 s)" in text and "shard 0 → node-0/gpu3" in text
+    assert "alert GpuDoubleBitEcc" in text and "GPU-hours lost" in text and "PASSED" in text
+    shot = tmp_path / "report.png"
+    browser.screenshot(shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    control = tmp_path / "control.html"
+    control.write_text("<!doctype html><p>control</p>"
+                       "<img src='http://gdrep-control.invalid/pixel.png'>")
+    requests = browser.open(control.as_uri())
+    assert "http://gdrep-control.invalid/pixel.png" in requests, requests

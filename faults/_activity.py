@@ -1,6 +1,6 @@
 """What every fault action shares: gameday errors become the toolkit's ``ActivityFailed``.
 
-A fault action fails the run with one line (DESIGN §2); these helpers give every
+A fault action fails the run with one line; these helpers give every
 module the same validation and revert behaviour.
 """
 

@@ -1,1 +1,1 @@
-"""The node agent: applies faults through a backend, under leases (DESIGN §5)."""
+"""The node agent: applies faults through a backend, under leases."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-#: How real an injection is (DESIGN §5), reported as ``injected_at``.
+#: How real an injection is (docs/architecture.md), reported as ``injected_at``.
 INJECTION_LAYERS = ("device", "driver", "telemetry", "network", "storage", "process",
                     "kubernetes", "virtual")
 

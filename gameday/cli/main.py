@@ -1,4 +1,4 @@
-"""The ``gameday`` command line (DESIGN §3a).
+"""The ``gameday`` command line (docs/running.md).
 
 Exit codes: 0 passed; 1 failed; 2 invalid input (nothing injected); 128+signum when
 interrupted (130 SIGINT, 143 SIGTERM), after rolling back.

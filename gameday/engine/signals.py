@@ -1,4 +1,4 @@
-"""Signals become interruptions that roll back (DESIGN §2, fix 1).
+"""Signals become interruptions that roll back: SIGINT, SIGTERM and SIGHUP alike.
 
 Chaos Toolkit maps SIGTERM to an exception that a running Python activity swallows, so
 the run goes on and exits 0. Here SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`,

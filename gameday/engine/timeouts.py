@@ -1,4 +1,4 @@
-"""Activity timeouts the toolkit ignores for Python activities (DESIGN §2, fix 4).
+"""Activity timeouts the toolkit ignores for Python activities.
 
 An activity's ``timeout`` arms a real-time interval timer in the main thread; when it
 fires, :class:`ActivityTimedOut` is raised inside the activity, which the toolkit then

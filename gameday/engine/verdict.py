@@ -1,6 +1,6 @@
 """Judging a run: the toolkit's journal plus the session give one verdict and exit code.
 
-This is where gameday refuses three of the toolkit's defaults (DESIGN §2): an unmet
+This is where gameday refuses three of the toolkit's defaults (docs/running.md): an unmet
 steady state *before* the method, a failed fault action, and a failed verifier all
 fail the run (exit 1), whatever status the toolkit wrote.
 """

@@ -1,4 +1,4 @@
-"""The ``gameday`` experiment extension (DESIGN §4), parsed into typed values."""
+"""The ``gameday`` experiment extension (docs/running.md), parsed into typed values."""
 
 import math
 from collections.abc import Mapping

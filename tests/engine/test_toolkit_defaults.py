@@ -1,4 +1,4 @@
-"""gameday run fixes the six unsafe Chaos Toolkit defaults of DESIGN §2.
+"""gameday run fixes the six unsafe Chaos Toolkit defaults (docs/running.md).
 
 Each test runs the same experiment with the real ``chaos run`` and the real
 ``gameday run`` (subprocesses, real signals, real files) and shows the difference.

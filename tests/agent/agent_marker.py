@@ -2,7 +2,7 @@
 
 ``MarkerBackend`` really does something other processes can observe: applying a fault
 creates a marker file named after the fault id, reverting it deletes the file. The agent
-subprocess loads it with ``--backend agent_marker:factory`` (this directory on
+subprocess loads it with ``--backend tests.agent.agent_marker:factory`` (the repo on
 PYTHONPATH, markers in ``$GAMEDAY_TEST_MARKER_DIR``).
 """
 
@@ -20,7 +20,6 @@ from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-HERE = pathlib.Path(__file__).resolve().parent
 MARKER_DIR_ENV = "GAMEDAY_TEST_MARKER_DIR"
 KIND = "test.marker"
 
@@ -78,7 +77,7 @@ class MarkerBackend:
 
 
 def factory(node: str) -> MarkerBackend:
-    """The ``--backend agent_marker:factory`` entry used by the agent subprocess."""
+    """The ``--backend tests.agent.agent_marker:factory`` entry used by the agent subprocess."""
     return MarkerBackend(pathlib.Path(os.environ[MARKER_DIR_ENV]), node=node)
 
 
@@ -95,7 +94,7 @@ def wait_for(condition: Any, timeout_s: float, interval_s: float = 0.02) -> bool
 
 def agent_env(marker_dir: pathlib.Path, token: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "GAMEDAY_AGENT_TOKEN"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE)])
+    env["PYTHONPATH"] = str(REPO)
     env[MARKER_DIR_ENV] = str(marker_dir)
     if token is not None:
         env["GAMEDAY_AGENT_TOKEN"] = token

@@ -29,7 +29,7 @@ def dirs(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
 
 
 def agent_args(dirs: dict[str, pathlib.Path]) -> list[str]:
-    return ["--backend", "agent_marker:factory", "--listen", "127.0.0.1:0",
+    return ["--backend", "tests.agent.agent_marker:factory", "--listen", "127.0.0.1:0",
             "--token-file", str(dirs["token"]), "--state-dir", str(dirs["state"]),
             "--node", "proc-node"]
 
@@ -102,13 +102,15 @@ def test_token_from_environment(dirs: dict[str, pathlib.Path]) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--backend", "agent_marker:factory"], "no agent token: pass --token-file F or set"),
+    (["--backend", "tests.agent.agent_marker:factory"],
+     "no agent token: pass --token-file F or set"),
     (["--token-file", "/nonexistent/token"], "--token-file /nonexistent/token: cannot read"),
     (["--token-file", "TOKEN", "--backend", "nomodule_xyz:f"], "cannot import nomodule_xyz"),
-    (["--token-file", "TOKEN", "--backend", "agent_marker:nothing"], "agent_marker has no"),
+    (["--token-file", "TOKEN", "--backend", "tests.agent.agent_marker:nothing"],
+     "tests.agent.agent_marker has no"),
     (["--token-file", "TOKEN", "--backend", "bogus"], "neither one of host, virtual"),
-    (["--token-file", "TOKEN", "--backend", "agent_marker:KIND"], "is not callable"),
-    (["--token-file", "TOKEN", "--backend", "agent_marker:factory", "--listen", "nope"],
+    (["--token-file", "TOKEN", "--backend", "tests.agent.agent_marker:KIND"], "is not callable"),
+    (["--token-file", "TOKEN", "--backend", "tests.agent.agent_marker:factory", "--listen", "nope"],
      "must be HOST:PORT"),
 ])
 def test_cli_errors_are_one_line_exit_2(dirs: dict[str, pathlib.Path], args: list[str],

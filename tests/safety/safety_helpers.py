@@ -20,7 +20,6 @@ from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target
 
 REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 TOKEN = "gdsafe-token-0123456789abcdef"
 
 
@@ -52,7 +51,7 @@ def active(servers: dict[str, AgentServer]) -> list[dict[str, Any]]:
 
 def env_for(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["GAMEDAY_HOME"] = str(tmp / "home")
     env["GAMEDAY_JOURNALS"] = str(tmp / "journals")
     return env

@@ -42,7 +42,7 @@ def active_faults(lab_dir: Path) -> list[dict[str, Any]]:
 
 
 def act(activity: str, name: str, func: str, /, **arguments: Any) -> dict[str, Any]:
-    module = "faults.gpu" if func in ("ecc_error", "revert") else "safety_acts"
+    module = "faults.gpu" if func in ("ecc_error", "revert") else "tests.safety.safety_acts"
     return {"type": activity, "name": name,
             "provider": {"type": "python", "module": module, "func": func,
                          "arguments": arguments}}

@@ -78,6 +78,15 @@ class FaultKind:
     seen_through: str
     selector: str | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    #: what an audit table calls it ("CPU saturation", "Inference API timeout")
+    family: str = ""
+    #: coverage layers the kind can act on besides ``coverage_layer``
+    also_layers: tuple[str, ...] = ()
+
+    @property
+    def coverage_layers(self) -> tuple[str, ...]:
+        """Every coverage layer a scenario of this kind can be filed under."""
+        return (self.coverage_layer, *self.also_layers)
 
     def validate(self, arguments: Mapping[str, Any], *, base: str = "arguments",
                  skip_unresolved: bool = False) -> dict[str, Any]:
@@ -103,6 +112,8 @@ class FaultKind:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.name, "summary": self.summary,
                 "activity": f"{self.module}.{self.func}",
-                "coverage_layer": self.coverage_layer, "injected_at": dict(self.injected_at),
+                "coverage_layer": self.coverage_layer,
+                "coverage_layers": list(self.coverage_layers), "family": self.family,
+                "injected_at": dict(self.injected_at),
                 "selector": self.selector, "params": [p.to_json() for p in self.params],
                 "seen_through": self.seen_through, "tags": list(self.tags)}

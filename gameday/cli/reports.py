@@ -48,6 +48,10 @@ def add_commands(commands: Any) -> None:
     coverage.add_argument("--require", type=Path, metavar="FILE",
                           help="playbook or requirement file with coverage.require")
     coverage.add_argument("-o", "--output", type=Path, metavar="FILE")
+    coverage.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                          help="count only journals signed by this Ed25519 key")
+    coverage.add_argument("--exclude-lab", action="store_true",
+                          help="leave out evidence from the virtual lab")
 
     report = commands.add_parser("report", help="render one journal as HTML or Markdown")
     report.add_argument("journal", type=Path)
@@ -129,13 +133,17 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _coverage(args: argparse.Namespace) -> int:
+    from gameday.evidence import signing
     from gameday.gamedays import coverage
     from gameday.gamedays.playbook import load_requirements
 
     requirements = load_requirements(args.require) if args.require else []
-    matrix = coverage.build(args.directory)
+    trusted = signing.load_public(args.public_key) if args.public_key else None
+    matrix = coverage.build(args.directory, trusted=trusted, exclude_lab=args.exclude_lab)
     matrix.check(requirements)
     _write(coverage.render(matrix, args.format), args.output)
+    for rejected in matrix.rejected:
+        print(f"coverage: rejected {rejected.path}: {rejected.reason}", file=sys.stderr)
     for finding in matrix.findings:
         print(f"coverage: {finding.line()}", file=sys.stderr)
     if requirements:

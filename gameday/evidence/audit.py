@@ -14,6 +14,7 @@ or ``audit: FAILED: <the first problem, oldest first>`` (exit 1), e.g.
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,22 @@ MAX_JOURNALS = 1_000_000
 
 @dataclass
 class AuditResult:
+    """What one directory's chain proves: problems, and a verdict for every journal."""
+
     journals: int = 0
     signed: int = 0
     problems: list[str] = field(default_factory=list)  # oldest link first
+    #: journal file name -> None when it verified, else the one-line reason it did not
+    verdicts: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> list[str]:
+        return sorted(name for name, reason in self.verdicts.items() if reason is None)
+
+    @property
+    def rejected(self) -> dict[str, str]:
+        return {name: reason for name, reason in sorted(self.verdicts.items())
+                if reason is not None}
 
     @property
     def ok(self) -> bool:
@@ -72,6 +86,9 @@ def verify(directory: Path, trusted: Ed25519PublicKey | None = None) -> AuditRes
     expected, _, name = head.read_text(encoding="utf-8").strip().partition(" ")
     recorder = CHAIN_FILE
     visited: set[str] = set()
+    # Once a journal's bytes differ from what its successor recorded, what it records of
+    # its own predecessor proves nothing: every older journal is unverifiable.
+    untrusted_below: str | None = None
     while name:
         if name in visited or len(visited) > MAX_JOURNALS:
             newest_first.append([f"broken link: the chain loops at {name}"])
@@ -79,6 +96,7 @@ def verify(directory: Path, trusted: Ed25519PublicKey | None = None) -> AuditRes
         path = journals.get(name)
         if path is None:
             newest_first.append([f"broken link: {name} (recorded by {recorder}) is missing"])
+            untrusted_below = untrusted_below or f"{name} is missing"
             break
         visited.add(name)
         found: list[str] = []
@@ -97,18 +115,52 @@ def verify(directory: Path, trusted: Ed25519PublicKey | None = None) -> AuditRes
         if document is None or "previous_sha256" not in section:
             found.append(f"edited journal: {name} has no chain link (not a gameday "
                          "journal, or its gameday section was removed)")
+        result.verdicts[name] = (found[0] if found else
+                                 None if untrusted_below is None else
+                                 f"unverifiable: older than {untrusted_below}")
+        if digest != expected and untrusted_below is None:
+            untrusted_below = f"the edited journal {name}"
+        if document is None or "previous_sha256" not in section:
             break
         expected, recorder = str(section.get("previous_sha256") or ""), name
         name = str(section.get("previous_journal") or "") if expected else ""
         if expected and not name:
             found.append(f"broken link: {recorder} records a predecessor without a name")
+            untrusted_below = untrusted_below or f"the broken link in {recorder}"
             break
     result.journals = len(visited)
     problems = [problem for group in reversed(newest_first) for problem in group]
     outside = sorted(set(journals) - visited)
+    for orphan in outside:
+        result.verdicts[orphan] = ("outside the chain" if untrusted_below is None else
+                                   f"unverifiable: older than {untrusted_below}")
     # journals left outside a broken chain are its consequence, so they come after it
     result.problems = problems + [f"journal outside the chain: {n}" for n in outside]
     return result
+
+
+def verify_tree(root: Path, trusted: Ed25519PublicKey | None = None,
+                *, is_journal: Callable[[Path], bool] | None = None
+                ) -> dict[Path, str | None]:
+    """A verdict for every journal under ``root``, each directory checked as its own chain.
+
+    Returns journal path -> None (verified: its chain link, its own hash and, where it is
+    signed or ``trusted`` is given, its signature hold) or the one-line reason it did not.
+    ``is_journal`` picks which ``*.json`` files count (default: every non-hidden one).
+    """
+    pick = is_journal or (lambda path: not path.name.startswith("."))
+    directories = sorted({path.parent for path in root.rglob("*.json") if pick(path)})
+    verdicts: dict[Path, str | None] = {}
+    for directory in directories:
+        result = verify(directory, trusted)
+        for path in sorted(directory.glob("*.json")):
+            if not pick(path):
+                continue
+            if path.name in result.verdicts:
+                verdicts[path] = result.verdicts[path.name]
+            else:
+                verdicts[path] = result.problems[0] if result.problems else "outside the chain"
+    return verdicts
 
 
 def _signature_problem(path: Path, data: bytes, document: dict[str, Any] | None,

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from faults.base import FaultKind
 from faults.catalogue import by_activity
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import Extension, parse_extension
@@ -112,6 +113,7 @@ def load_experiment(path: Path) -> LoadedExperiment:
         _check_structure(document)
         loaded.extension = parse_extension(document)
         _check_activities(document)
+        _check_coverage(document, loaded.extension)
         _toolkit_validation(document)
     except InvalidInput as exc:
         raise InvalidInput(_bare(exc), file=str(path), path=exc.path,
@@ -232,6 +234,36 @@ def _check_activities(document: Mapping[str, Any]) -> None:
         kind = by_activity(module_name, func_name)
         if kind is not None:
             kind.validate(arguments, base=f"{where}.provider.arguments", skip_unresolved=True)
+
+
+def _check_coverage(document: Mapping[str, Any], extension: Extension) -> None:
+    """The coverage cell must be one the method's faults can produce.
+
+    Experiments whose method injects no catalogue kind (custom fault actions) are not
+    checked: their kinds are not known before the run.
+    """
+    fault, layer = extension.coverage.get("fault"), extension.coverage.get("layer")
+    position = next((n for n, raw in enumerate(document.get("extensions") or [])
+                     if isinstance(raw, Mapping) and raw.get("name") == "gameday"), 0)
+    where = f"extensions[{position}].coverage"
+    injected: list[FaultKind] = []
+    for _, activity in _activities(document):
+        provider = activity["provider"]
+        if activity.get("type") == "action" and provider["type"] == "python":
+            kind = by_activity(provider["module"], provider["func"])
+            if kind is not None and kind not in injected:
+                injected.append(kind)
+    if not injected:
+        return
+    names = [kind.name for kind in injected]
+    if fault is not None and fault not in names:
+        raise InvalidInput(f"{fault} is never injected by this experiment's actions (they "
+                           f"inject: {', '.join(names)}); its runs would be filed under the "
+                           "wrong coverage cell", path=f"{where}.fault")
+    kinds = [k for k in injected if k.name == fault] if fault else injected[:1]
+    if layer is not None and kinds and layer not in kinds[0].coverage_layers:
+        raise InvalidInput(f"{kinds[0].name} cannot act at the {layer} layer (its layers: "
+                           f"{', '.join(kinds[0].coverage_layers)})", path=f"{where}.layer")
 
 
 def _toolkit_validation(document: dict[str, Any]) -> None:

@@ -87,12 +87,18 @@ class Gate:
 
 @dataclass(frozen=True)
 class Requirement:
-    """A coverage cell an audit requires: at least ``scenarios`` passing scenarios."""
+    """A coverage cell an audit requires: at least ``scenarios`` passing scenarios.
+
+    ``real`` counts only evidence injected on a real target (not the virtual lab);
+    ``max_age_days`` counts only runs that ended within that many days.
+    """
 
     fault: str
     layer: str
     scenarios: int = 1
     label: str = ""
+    real: bool = False
+    max_age_days: float | None = None
 
     @property
     def cell(self) -> tuple[str, str]:
@@ -100,7 +106,9 @@ class Requirement:
 
     def describe(self) -> str:
         what = f"{self.label} ({self.fault})" if self.label else self.fault
-        return f"{what} at {self.layer} level"
+        terms = (["real target"] if self.real else []) + (
+            [f"within {self.max_age_days:g} days"] if self.max_age_days is not None else [])
+        return f"{what} at {self.layer} level" + (f" ({', '.join(terms)})" if terms else "")
 
 
 @dataclass(frozen=True)
@@ -256,12 +264,18 @@ def requirements_of(doc: Document) -> list[Requirement]:
     for position, _ in enumerate(doc.sequence("coverage.require")):
         where = f"coverage.require[{position}]"
         doc.mapping(where, required=True)
-        doc.only_keys(where, ("fault", "layer", "scenarios", "label"))
+        doc.only_keys(where, ("fault", "layer", "scenarios", "label", "real", "max_age_days"))
         layer = doc.choice(join(where, "layer"), COVERAGE_LAYERS, "")
         scenarios = doc.number(join(where, "scenarios"), minimum=1, integer=True, default=1)
+        real = doc.get(join(where, "real"))
+        if real is not None and not isinstance(real, bool):
+            doc.fail(f"must be true or false, got {real!r}", join(where, "real"))
         required.append(Requirement(fault=str(doc.text(join(where, "fault"), required=True)),
                                     layer=layer, scenarios=int(scenarios or 1),
-                                    label=str(doc.text(join(where, "label"), default=""))))
+                                    label=str(doc.text(join(where, "label"), default="")),
+                                    real=bool(real),
+                                    max_age_days=doc.number(join(where, "max_age_days"),
+                                                            minimum=0)))
     return required
 
 

@@ -52,6 +52,22 @@ class JournalSummary:
     reshard_s: float | None = None
     injected_at: tuple[str, ...] = ()
     verifiers: list[VerifierLine] = field(default_factory=list)
+    target: str = "none"
+    target_source: str = ""
+    host: str = ""
+
+    @property
+    def real(self) -> bool:
+        """Whether the faults landed on a real target, not the virtual lab."""
+        return self.target not in ("lab", "none") and "virtual" not in self.injected_at
+
+    @property
+    def target_label(self) -> str:
+        """Where the evidence came from: ``lab (virtual)``, ``host NAME``, ``kubernetes CTX``."""
+        if self.target == "lab":
+            return "lab (virtual)"
+        where = self.target_source or self.host
+        return f"{self.target} {where}".strip()
 
     @property
     def scenario(self) -> str:
@@ -126,7 +142,9 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         reasons=[str(r) for r in verdict.get("reasons") or []],
         duration_s=float(_number(journal.get("duration")) or 0.0),
         rto_slo_s=_number((extension.get("slo") or {}).get("rto_s")),
-        injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})))
+        injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})),
+        target=str(gd.get("target") or "none"), target_source=str(gd.get("target_source") or ""),
+        host=str((gd.get("environment") or {}).get("host") or ""))
     for result in gd.get("verifiers") or []:
         measurement = result.get("measurement") or {}
         summary.verifiers.append(VerifierLine(

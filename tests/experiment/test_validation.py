@@ -32,6 +32,18 @@ description: d
     ("extensions:\n  - name: gameday\n    slo: {rto_s: fast}\nmethod: []\n",
      "exp.yaml:6: extensions[0].slo.rto_s: must be a number, got 'fast'"),
     ("method: [\n", "exp.yaml"),
+    ("extensions:\n  - name: gameday\n    coverage: {fault: gpu.oom, layer: device}\n"
+     "method:\n  - type: action\n    name: x\n    provider:\n      type: python\n"
+     "      module: faults.gpu\n      func: ecc_error\n      arguments:\n"
+     "        gpu: {holding_shard: 0}\n",
+     "exp.yaml:6: extensions[0].coverage.fault: gpu.oom is never injected by this "
+     "experiment's actions (they inject: gpu.ecc)"),
+    ("extensions:\n  - name: gameday\n    coverage: {fault: gpu.ecc, layer: storage}\n"
+     "method:\n  - type: action\n    name: x\n    provider:\n      type: python\n"
+     "      module: faults.gpu\n      func: ecc_error\n      arguments:\n"
+     "        gpu: {holding_shard: 0}\n",
+     "exp.yaml:6: extensions[0].coverage.layer: gpu.ecc cannot act at the storage layer "
+     "(its layers: device)"),
 ])
 def test_one_line_error_exit_2(tmp_path: Path, env: dict[str, str], body: str,
                                expected: str) -> None:

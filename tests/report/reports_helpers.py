@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gameday.evidence.journal import encode
+from gameday.evidence.journal import write_journal
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -46,6 +46,6 @@ def varied(*, passed: bool = True, rto_s: float | None = 1.2, fault: str = "gpu.
 
 
 def write(path: Path, journal: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(encode(journal))
+    """Write ``journal`` as ``gameday run`` does: hash-chained into its directory."""
+    write_journal(path, journal)
     return path

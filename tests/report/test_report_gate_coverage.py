@@ -131,7 +131,7 @@ def test_coverage_matrix_cells_and_evidence(tmp_path: Path) -> None:
         ("gpu.ecc", "device", "3"), ("node.cpu_hog", "node", "1")}
     assert digest in rows[0]["evidence_sha256"]
     markdown = coverage.to_markdown(matrix)
-    assert "| gpu.ecc | 3/3 |" in markdown
+    assert "| gpu.ecc | 3/3 (lab) |" in markdown
     assert "<table>" in coverage.to_html(matrix) and "default-src 'none'" in \
         coverage.to_html(matrix)
 

@@ -159,9 +159,11 @@ def inject_on_node(kind: str, *, node: str | None, target: Mapping[str, Any],
 
 def inject_on_gpus(kind: str, gpu: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                    action: str = "", lease_s: float | None = None) -> list[FaultEntry]:
-    """Inject ``kind`` on every GPU the selector ``gpu`` resolves to (``{holding_shard: 0}``,
-    ``{node: node-0, index: 2}``, ``{uuid: ...}``, ``{percent: 10}``), after the GPU
-    blast-radius check; all or nothing, concurrently across agents. One ledger entry per
+    """Inject ``kind`` on every GPU the selector ``gpu`` resolves to on the run's target
+    (``{holding_shard: 0}``, ``{node: node-0}``, ``{node: node-0, index: 2}``,
+    ``{uuid: ...}``; a Kubernetes target also takes fleet selectors such as
+    ``{percent: 10}``), after the GPU blast-radius check; all or nothing, concurrently
+    across agents. One ledger entry per
     GPU (target ``{"gpu": index}``), in the selector's order.
 
     Raises :class:`GamedayError` subclasses (wrap the call in :func:`failing`)."""

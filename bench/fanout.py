@@ -1,7 +1,7 @@
 """Fan-out: inject + revert one fault on 1,024 virtual GPUs across 128 agents, against the
 same targets done one by one as plain Chaos Toolkit activities.
 
-Set-up (not timed): the Kubernetes API stand-in (tests/kubernetes/kube_standin.py, real HTTP,
+Set-up (not timed): the Kubernetes API stand-in (gameday/testing/kube.py, real HTTP,
 in this process) lists 128 GPU nodes and their agent pods; the 128 agents are REAL agent
 HTTP servers with the lab's virtual-GPU backend (8 GPUs each), run as SUBPROCESSES:
 ``--racks`` processes (default 8) of 16 in-process ``AgentServer``s each, so that the
@@ -55,7 +55,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "k8s"))
 
 import structlog  # noqa: E402
 
@@ -140,11 +139,11 @@ def main() -> None:
         return
 
     from chaoslib.activity import ensure_activity_is_valid, run_activity
-    from kube_standin import running_standin
 
     from gameday.engine import session as sessions
     from gameday.engine.fanout import FanoutOptions
     from gameday.targets.kubernetes.target import kubernetes_target
+    from gameday.testing.kube import running_standin
 
     with tempfile.TemporaryDirectory(prefix="gdk8s-bench-") as tmp, running_standin() as api:
         state = Path(tmp)

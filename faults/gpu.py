@@ -11,8 +11,7 @@ from chaoslib.exceptions import ActivityFailed
 
 from faults._activity import failing_activity, revert_run
 from faults.kinds.gpu import GPU_ECC, GPU_FALL_OFF_BUS, GPU_OOM, GPU_THERMAL, GPU_XID
-from gameday.engine import session as sessions
-from gameday.engine.fanout import inject_gpus
+from gameday import activity
 
 __all__ = ["ecc_error", "fall_off_bus", "oom", "revert", "thermal_throttle", "xid_error"]
 
@@ -113,16 +112,9 @@ def revert() -> dict[str, Any]:
 
 def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],
                     params: dict[str, Any], lease_s: float | None) -> dict[str, Any]:
-    session = sessions.current()
-    with failing_activity():
-        target = session.require_target()
-        gpus = target.resolve_gpus(selector)
-        session.check_blast_radius(gpus)
-        applied = []
-        # many GPUs (e.g. {percent: 10} of a fleet): concurrently, all or nothing
-        entries = inject_gpus(session, gpus, kind=kind, params=params, action=action,
-                              lease_s=lease_s)
-        for gpu, entry in zip(gpus, entries, strict=True):
-            applied.append({"id": entry.id, "gpu": gpu.label(), "injected_at": entry.injected_at,
-                            "applied_at": entry.applied_at, "expires_at": entry.expires_at})
-    return {"faults": applied}
+    with failing_activity():  # many GPUs (e.g. {percent: 10}): concurrently, all or nothing
+        entries = activity.inject_on_gpus(kind, selector, params=params, action=action,
+                                          lease_s=lease_s)
+    return {"faults": [{"id": entry.id, "gpu": f"{entry.node}/gpu{entry.target['gpu']}",
+                        "injected_at": entry.injected_at, "applied_at": entry.applied_at,
+                        "expires_at": entry.expires_at} for entry in entries]}

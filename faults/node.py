@@ -13,9 +13,9 @@ from typing import Any
 from chaoslib.exceptions import ActivityFailed
 
 from faults._activity import failing_activity, revert_run, validated
-from faults._nodes import check_nodes
 from faults.base import FaultKind
 from faults.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
+from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
 
@@ -68,9 +68,6 @@ def _inject(kind: FaultKind, action: str, node: str | None, params: dict[str, An
         elif node not in target.agents:
             raise InvalidInput(f"no node {node!r} in target {target.kind} (nodes: "
                                f"{', '.join(sorted(target.agents))})", path="node")
-        check_nodes(session, node)
-        entry = session.inject(node=node, kind=kind.name, target={"node": node},
-                               params=params, action=action, lease_s=lease_s)
-    return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
-                        "injected_at": entry.injected_at, "applied_at": entry.applied_at,
-                        "expires_at": entry.expires_at, "details": entry.details}]}
+        entry = activity.inject_on_node(kind.name, node=node, target={"node": node},
+                                        params=params, action=action, lease_s=lease_s)
+    return activity.applied([entry])

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from faults._activity import failing_activity, revert_run, validated
-from faults._nodes import check_nodes, selector_mapping
+from faults._nodes import selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
+from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
 from gameday.targets.base import Target, read_lab_document
@@ -110,12 +111,8 @@ def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
 
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    session = sessions.current()
     with failing_activity():
         node, agent_target = resolve_process(selector)
-        check_nodes(session, node)
-        entry = session.inject(node=node, kind=kind.name, target=agent_target, params=params,
-                               action=action, lease_s=lease_s)
-    return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
-                        "injected_at": entry.injected_at, "applied_at": entry.applied_at,
-                        "expires_at": entry.expires_at, "details": entry.details}]}
+        entry = activity.inject_on_node(kind.name, node=node, target=agent_target,
+                                        params=params, action=action, lease_s=lease_s)
+    return activity.applied([entry])

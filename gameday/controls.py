@@ -22,7 +22,7 @@ faults are reverted by this control anyway; pass ``--rollback-strategy always`` 
 other rollbacks too); a tolerance that raises still escapes the toolkit without a
 journal (this control's cleanup still reverts the faults); an error while opening the
 target makes the toolkit drop the control silently, so the fault actions then fail
-with "needs a target".
+with "needs a run" or "needs a target".
 """
 
 import sys

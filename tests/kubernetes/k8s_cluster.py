@@ -1,4 +1,4 @@
-"""Test helpers: a "cluster" made of the Kubernetes API stand-in (kube_standin.py, over
+"""Test helpers: a "cluster" made of the Kubernetes API stand-in (gameday/testing/kube.py, over
 real HTTP) and REAL gameday agents on loopback, either in-process ``AgentServer``s
 (cheap, used where many agents are needed) or ``gameday agent serve --backend virtual``
 processes. The agents' GPUs are the lab's virtual GPUs (the NVML stand-in).
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from gameday.agent.server import AgentServer
 from gameday.lab.devices import VirtualGpuBackend
-from tests.kubernetes.kube_standin import KubeStandin
+from gameday.testing.kube import KubeStandin
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_TOKEN = "agent-token-k8s-7"

@@ -1,6 +1,6 @@
 """Discovery and selectors of ``--target kubernetes``.
 
-Stand-ins: the Kubernetes API (kube_standin.py, real HTTP, used through the REAL
+Stand-ins: the Kubernetes API (gameday/testing/kube.py, real HTTP, used through the REAL
 ``kubernetes`` client) and the GPUs (the lab's virtual GPUs). Real: three agent
 processes (``gameday agent serve --backend virtual``) on loopback, their HTTP API and
 inventories; the kubeconfig loader of the real client.
@@ -17,6 +17,7 @@ from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.targets.base import open_target
 from gameday.targets.kubernetes.config import api_client, settings_from
 from gameday.targets.kubernetes.target import KubernetesTarget, kubernetes_target
+from gameday.testing.kube import KubeStandin, running_standin
 from tests.kubernetes.k8s_cluster import (
     AGENT_TOKEN,
     NAMESPACE,
@@ -26,7 +27,6 @@ from tests.kubernetes.k8s_cluster import (
     spawn_agent_process,
     stop_process,
 )
-from tests.kubernetes.kube_standin import KubeStandin, running_standin
 
 NODES = {"gpu-a": {"pool": "train", "nvidia.com/gpu.product": "H100"},
          "gpu-b": {"pool": "train", "nvidia.com/gpu.product": "H100"},

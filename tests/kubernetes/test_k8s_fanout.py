@@ -1,6 +1,6 @@
 """Fan-out across a fleet: a result per target, retries, and all-or-nothing.
 
-Stand-ins: the Kubernetes API (kube_standin.py, real HTTP, the REAL ``kubernetes``
+Stand-ins: the Kubernetes API (gameday/testing/kube.py, real HTTP, the REAL ``kubernetes``
 client) for discovery, and the GPUs (virtual). Real: 32 in-process agents (each a real
 HTTP server on loopback; in-process so that 32 of them stay cheap), their leases and
 state files, the session's ledger.
@@ -30,6 +30,7 @@ from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target
 from gameday.targets.kubernetes.target import kubernetes_target
+from gameday.testing.kube import running_standin
 from tests.kubernetes.k8s_cluster import (
     AGENT_TOKEN,
     NAMESPACE,
@@ -38,7 +39,6 @@ from tests.kubernetes.k8s_cluster import (
     inprocess_agents,
     register_agent,
 )
-from tests.kubernetes.kube_standin import running_standin
 
 NODES = [f"n{i:02d}" for i in range(32)]
 

@@ -1,7 +1,7 @@
 """Kubernetes-level faults (cordon, taint, drain with PDBs, pod kill) applied and
 reverted through the run's session and ledger.
 
-Stand-ins: the Kubernetes API (kube_standin.py, real HTTP, the REAL ``kubernetes``
+Stand-ins: the Kubernetes API (gameday/testing/kube.py, real HTTP, the REAL ``kubernetes``
 client; its eviction answers 429 while a PDB-like rule allows no disruption), the GPUs
 (virtual). Real: in-process agents on loopback, the session, ledger and lease renewer.
 """
@@ -21,6 +21,7 @@ from gameday.evidence.ledger import read_ledger
 from gameday.experiment.extension import BlastRadius, Extension
 from gameday.targets.kubernetes.marks import MARKS_ANNOTATION, REVERT_BY_ANNOTATION, read_marks
 from gameday.targets.kubernetes.target import kubernetes_target
+from gameday.testing.kube import KubeStandin, running_standin
 from tests.kubernetes.k8s_cluster import (
     AGENT_TOKEN,
     NAMESPACE,
@@ -28,7 +29,6 @@ from tests.kubernetes.k8s_cluster import (
     inprocess_agents,
     register_agent,
 )
-from tests.kubernetes.kube_standin import KubeStandin, running_standin
 
 
 class PdbClock(FakeClock):

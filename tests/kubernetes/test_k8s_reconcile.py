@@ -1,6 +1,6 @@
 """The agent undoes gameday's Kubernetes marks when the orchestrator is gone.
 
-Stand-ins: the Kubernetes API (kube_standin.py, real HTTP, the REAL ``kubernetes``
+Stand-ins: the Kubernetes API (gameday/testing/kube.py, real HTTP, the REAL ``kubernetes``
 client in both the orchestrator and the agent), the GPUs (virtual). Real: the agent
 process (``gameday agent serve --reconcile-kubernetes``), the orchestrator process
 (``gameday run --target kubernetes``) and its SIGKILL, the lease renewals.
@@ -20,6 +20,7 @@ from gameday.agent.reconcile import NodeMarkReconciler
 from gameday.clock import FakeClock
 from gameday.targets.kubernetes.marks import MARKS_ANNOTATION, Mark, read_marks
 from gameday.targets.kubernetes.nodes import NodeEditor
+from gameday.testing.kube import KubeStandin, running_standin
 from tests.conftest import BIN, REPO, cli_env
 from tests.kubernetes.k8s_cluster import (
     AGENT_TOKEN,
@@ -29,7 +30,6 @@ from tests.kubernetes.k8s_cluster import (
     start_agent_process,
     stop_process,
 )
-from tests.kubernetes.kube_standin import KubeStandin, running_standin
 
 
 def _node(api: KubeStandin, name: str) -> dict[str, Any]:

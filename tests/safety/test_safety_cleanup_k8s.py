@@ -1,7 +1,7 @@
 """`gameday cleanup` for Kubernetes-level faults left by a dead run, and for ledger
 entries whose agent no longer exists (``--forget-unreachable``).
 
-Stand-ins: the Kubernetes API is tests/kubernetes/kube_standin.py, a STAND-IN served over real
+Stand-ins: the Kubernetes API is gameday/testing/kube.py, a STAND-IN served over real
 HTTP and driven by the REAL ``kubernetes`` client (no cluster exists on this machine);
 the agents' GPUs are virtual (no NVML). Real: the orchestrator process that applies a
 cordon and a taint with the real ``faults.k8s`` code and is killed with SIGKILL, the
@@ -30,7 +30,7 @@ from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.kubernetes.config import KubeSettings, api_client
 from gameday.targets.kubernetes.marks import MARKS_ANNOTATION
 from gameday.targets.kubernetes.nodes import NodeEditor
-from tests.kubernetes.kube_standin import KubeStandin, running_standin
+from gameday.testing.kube import KubeStandin, running_standin
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
 NAMESPACE = "gameday-system"

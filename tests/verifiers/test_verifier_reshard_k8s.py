@@ -4,7 +4,7 @@ Real: a Prometheus server scraping a test exporter that serves dcgm-exporter-sty
 series (``gpu``, ``UUID``, ``pod``, ``namespace``; one node labelled ``Hostname`` as in
 dcgm-exporter releases, the other ``hostname`` as on its newest code), the official
 ``kubernetes`` client, real HTTP. STAND-IN: the Kubernetes API itself
-(``tests/kubernetes/kube_standin.py``, a small JSON/HTTP server speaking core/v1 pods and
+(``gameday/testing/kube.py``, a small JSON/HTTP server speaking core/v1 pods and
 nodes), since no cluster exists here; and the "controller" that moves the shard is the
 test, changing the pods and the dcgm series as a scheduler and dcgm-exporter would.
 """
@@ -20,7 +20,7 @@ from chaoslib.exceptions import ActivityFailed
 from prometheus_client.metrics_core import Metric
 
 from gameday.engine.session import deactivate
-from tests.kubernetes.kube_standin import KubeStandin
+from gameday.testing.kube import KubeStandin
 from tests.verifiers.verifier_helpers import (
     PrometheusUnderTest,
     new_session,

@@ -1,9 +1,9 @@
-"""A local Kubernetes API **stand-in** over real HTTP, for the tests of
-``gameday.targets.kubernetes``.
+"""A local Kubernetes API **stand-in** over real HTTP, for tests of
+``gameday.targets.kubernetes`` and of your own experiments against a "cluster".
 
-No cluster exists on this machine, so this is a small API server (stdlib
-``ThreadingHTTPServer``) that speaks the parts of the core/v1 wire protocol gameday
-uses, driven by the REAL ``kubernetes`` Python client pointed at it:
+It is not a Kubernetes API server: where no cluster exists, it is a small HTTP server
+(stdlib ``ThreadingHTTPServer``) that speaks the parts of the core/v1 wire protocol
+gameday uses, driven by the REAL ``kubernetes`` Python client pointed at it:
 
 - nodes: list (``labelSelector``, ``fieldSelector=metadata.name=``), read, patch
   (``application/merge-patch+json`` and ``application/strategic-merge-patch+json``;
@@ -341,6 +341,7 @@ def _evict(api: KubeStandin, namespace: str, name: str) -> tuple[int, Any]:
 
 @contextmanager
 def running_standin(token: str = "standin-token") -> Iterator[KubeStandin]:
+    """A started :class:`KubeStandin` on a free loopback port (``api.url``), stopped after."""
     api = KubeStandin(token).start()
     try:
         yield api

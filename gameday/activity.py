@@ -1,0 +1,194 @@
+"""The public API for your own Chaos Toolkit activities: fault actions and verifier probes.
+
+A fault action of your own injects through the run's session, so its fault goes through
+an agent under a lease, lands in the ledger and is reverted by the run like any
+built-in one; a verifier of your own records its measurement in the session, so it
+reaches the journal and the verdict table, and fails with one line::
+
+    from gameday import activity
+
+    def flag_on(node: str | None = None, lease_s: float | None = None) -> dict[str, Any]:
+        with activity.failing():
+            entry = activity.inject_on_node("example.flag", node=node, target={"flag": "on"},
+                                            action="flag_on", lease_s=lease_s)
+        return activity.applied([entry])
+
+    def flag_seen(url: str) -> dict[str, Any]:
+        measurement = {"status": ...}
+        if measurement["status"] != 200:
+            activity.fail("example.flag_seen", "flag not seen at " + url, measurement)
+        activity.record("example.flag_seen", True, measurement)
+        return measurement
+
+The built-in ``faults`` and ``verifiers`` use these same functions. docs/extending.md
+walks through a complete example.
+"""
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import structlog
+from chaoslib.exceptions import ActivityFailed
+
+from gameday.engine import session as sessions
+from gameday.engine.fanout import inject_gpus
+from gameday.engine.session import Session
+from gameday.engine.verdicts import VerifierResult
+from gameday.errors import BlastRadiusExceeded, GamedayError, InvalidInput
+from gameday.evidence.ledger import FaultEntry
+from gameday.targets.base import Target
+
+__all__ = ["ActivityFailed", "FaultEntry", "NotInRun", "Session", "VerifierResult", "applied",
+           "check_nodes", "fail", "failing", "inject_on_gpus", "inject_on_node", "one_line",
+           "pick_node", "record", "revert_all", "session", "target"]
+
+log = structlog.get_logger("gameday.activity")
+
+
+class NotInRun(GamedayError):
+    """An activity asked for the run's session while no experiment is running."""
+
+    exit_code = 2
+
+
+# -- the run ---------------------------------------------------------------------------
+
+def session() -> Session:
+    """The session of the experiment running now (``gameday run``, or ``chaos run`` with
+    the gameday control); :class:`NotInRun` (one line) when none is open."""
+    found = sessions.active()
+    if found is None:
+        raise NotInRun("this activity needs a run: start it with `gameday run EXP` (or "
+                       "`chaos run EXP` with the gameday control), not on its own")
+    return found
+
+
+def target() -> Target:
+    """The run's target (its agents, service, Prometheus and placement URLs);
+    :class:`NotInRun` outside a run, :class:`gameday.errors.TargetUnavailable` in a run
+    without a target."""
+    return session().require_target()
+
+
+# -- failing with one line ---------------------------------------------------------------
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line, shortened to ``limit`` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@contextmanager
+def failing() -> Iterator[None]:
+    """Turn a :class:`GamedayError` raised in the block into the toolkit's
+    ``ActivityFailed`` with its one-line message (the run then fails, exit 1)."""
+    try:
+        yield
+    except GamedayError as exc:
+        raise ActivityFailed(str(exc)) from None
+
+
+# -- verifier results --------------------------------------------------------------------
+
+def record(verifier: str, passed: bool | None, measurement: Mapping[str, Any],
+           reason: str = "") -> VerifierResult:
+    """Record one verifier result in the run's session (the journal's ``gameday.verifiers``
+    and the verdict table) and log it; ``passed`` None is a measurement with no objective.
+
+    Outside a run the result goes to a bare session that no journal reads, so a verifier
+    still works as a plain function (and under ``chaos run`` without the control)."""
+    result = VerifierResult(verifier=verifier, passed=passed, measurement=dict(measurement),
+                            reason=one_line(reason))
+    sessions.current().record(result)
+    log.info("verifier result", verifier=verifier, passed=passed, reason=result.reason)
+    return result
+
+
+def fail(verifier: str, reason: str, measurement: Mapping[str, Any] | None = None) -> NoReturn:
+    """Record a failed result of ``verifier`` and raise ``ActivityFailed`` with the
+    one-line ``reason``."""
+    result = record(verifier, False, dict(measurement or {}), reason)
+    raise ActivityFailed(result.reason) from None
+
+
+# -- faults ------------------------------------------------------------------------------
+
+def pick_node(run_target: Target, node: Any, where: str, kind: str) -> str:
+    """The node named in a selector, or the only node whose agent can apply ``kind``;
+    :class:`InvalidInput` naming ``where`` otherwise."""
+    if node is not None:
+        if not isinstance(node, str) or node not in run_target.agents:
+            raise InvalidInput(f"no node {node!r} in target {run_target.kind} (nodes: "
+                               f"{', '.join(sorted(run_target.agents)) or 'none'})",
+                               path=f"{where}.node")
+        return node
+    able = [name for name, client in sorted(run_target.agents.items())
+            if kind in client.inventory().get("kinds", {})]
+    if len(able) == 1:
+        return able[0]
+    raise InvalidInput(f"name the node: {len(able)} nodes can apply {kind} "
+                       f"({', '.join(able) or 'none'})", path=f"{where}.node")
+
+
+def check_nodes(run: Session, node: str) -> None:
+    """Refuse a fault that would take the run past ``blast_radius.max_nodes``."""
+    limit = run.extension.blast_radius.max_nodes
+    nodes = {entry.node for entry in run.ledger} | {node}
+    if limit is not None and len(nodes) > limit:
+        raise BlastRadiusExceeded(f"{len(nodes)} nodes would be faulted, blast_radius.max_nodes "
+                                  f"is {limit}; nothing injected")
+
+
+def inject_on_node(kind: str, *, node: str | None, target: Mapping[str, Any],
+                   params: Mapping[str, Any] | None = None, action: str = "",
+                   lease_s: float | None = None, where: str = "node") -> FaultEntry:
+    """Inject ``kind`` at ``target`` through the agent of ``node`` (None: the only node
+    whose agent offers ``kind``), under a lease (``lease_s``, default the experiment's),
+    after the node blast-radius check, the allowlist and the target lock; the ledger
+    records it and the run reverts it. ``where`` names the selector in errors.
+
+    Raises :class:`GamedayError` subclasses (wrap the call in :func:`failing`)."""
+    run = session()
+    run_target = run.require_target()
+    chosen = pick_node(run_target, node, where, kind)
+    check_nodes(run, chosen)
+    return run.inject(node=chosen, kind=kind, target=dict(target), params=dict(params or {}),
+                      action=action, lease_s=lease_s)
+
+
+def inject_on_gpus(kind: str, gpu: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
+                   action: str = "", lease_s: float | None = None) -> list[FaultEntry]:
+    """Inject ``kind`` on every GPU the selector ``gpu`` resolves to on the run's target
+    (``{holding_shard: 0}``, ``{node: node-0}``, ``{node: node-0, index: 2}``,
+    ``{uuid: ...}``; a Kubernetes target also takes fleet selectors such as
+    ``{percent: 10}``), after the GPU blast-radius check; all or nothing, concurrently
+    across agents. One ledger entry per
+    GPU (target ``{"gpu": index}``), in the selector's order.
+
+    Raises :class:`GamedayError` subclasses (wrap the call in :func:`failing`)."""
+    run = session()
+    gpus = run.require_target().resolve_gpus(gpu)
+    run.check_blast_radius(gpus)
+    return inject_gpus(run, gpus, kind=kind, params=dict(params or {}), action=action,
+                       lease_s=lease_s)
+
+
+def applied(entries: Sequence[FaultEntry]) -> dict[str, Any]:
+    """What a fault action returns: ``{"faults": [{"id", "node", "target", "injected_at",
+    "applied_at", "expires_at", "details"}]}``."""
+    return {"faults": [{"id": entry.id, "node": entry.node, "target": entry.target,
+                        "injected_at": entry.injected_at, "applied_at": entry.applied_at,
+                        "expires_at": entry.expires_at, "details": entry.details}
+                       for entry in entries]}
+
+
+def revert_all() -> dict[str, Any]:
+    """Revert every fault the run applied (idempotent): ``{"reverted": N}`` (0 outside a
+    run), or ``ActivityFailed`` naming each fault that could not be reverted."""
+    run = sessions.current()
+    before = len(run.ledger.active())
+    failures = run.revert_all("rollback")
+    if failures:
+        raise ActivityFailed("could not revert: " + "; ".join(failures))
+    return {"reverted": before}

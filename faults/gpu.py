@@ -12,7 +12,7 @@ from chaoslib.exceptions import ActivityFailed
 from faults._activity import failing_activity, revert_run
 from faults.kinds.gpu import GPU_ECC, GPU_FALL_OFF_BUS, GPU_OOM, GPU_THERMAL, GPU_XID
 from gameday.engine import session as sessions
-from gameday.engine.fanout import inject_gpus
+from gameday.engine.session_fanout import inject_gpus
 
 __all__ = ["ecc_error", "fall_off_bus", "oom", "revert", "thermal_throttle", "xid_error"]
 

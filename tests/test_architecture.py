@@ -224,9 +224,21 @@ def test_the_lab_and_the_activities_do_not_import_each_other() -> None:
     assert not bad, "the lab is sealed from faults/verifiers:\n" + "\n".join(bad)
 
 
+#: Imports of agent-side code by the activities that are known and not yet cut: the fault
+#: vocabulary the agent and the fault kinds share (injection layers, the request, the
+#: backend protocol; the fault filesystem's operations and errnos) still lives agent-side.
+#: It is to move to a module both sides may import; this list may only shrink.
+NOT_YET_CUT = frozenset({("faults.base", "gameday.agent.backend"),
+                         ("faults.kinds.storage", "gameday.node.faultfs.rules")})
+
+
 def test_activities_do_not_import_what_runs_in_an_agent() -> None:
-    bad = _offending(all_imports(), ("faults", "verifiers"), ("gameday.agent", "gameday.node"))
+    edges = all_imports()
+    bad = _offending(edges, ("faults", "verifiers"), ("gameday.agent", "gameday.node"),
+                     allowed=NOT_YET_CUT)
     assert not bad, "faults/verifiers import agent-side code:\n" + "\n".join(bad)
+    gone = NOT_YET_CUT - {(e.source, e.target) for e in edges}
+    assert not gone, f"cut since: take them off NOT_YET_CUT: {sorted(gone)}"
 
 
 def test_verifiers_and_faults_do_not_import_each_other() -> None:

@@ -1,6 +1,6 @@
 """``gameday run``: one experiment on the Chaos Toolkit, with gameday's guarantees.
 
-Flow (DESIGN §3): load + validate → open the target (starting a lab if the target is
+Flow (docs/architecture.md): load + validate → open the target (starting a lab if the target is
 ``lab`` and none runs) → resolve every fault's targets and check the blast radius →
 run on chaoslib with rollbacks always played, signals mapped to interruptions and
 timeouts enforced (through ``gameday.controls``) → revert everything in the ledger →

@@ -31,7 +31,7 @@ from gameday.engine.recorder import Reading
 from gameday.experiment.extension import Extension
 from gameday.lab import api as lab
 from gameday.targets.base import lab_target
-from verifiers.base import HttpPlacementSource
+from verifiers.placement import HttpPlacementSource
 from verifiers.rto import measure_recovery
 from verifiers.sli import recorder_for
 

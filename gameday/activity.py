@@ -32,8 +32,8 @@ import structlog
 from chaoslib.exceptions import ActivityFailed
 
 from gameday.engine import session as sessions
-from gameday.engine.fanout import inject_gpus
 from gameday.engine.session import Session
+from gameday.engine.session_fanout import inject_gpus
 from gameday.engine.verdicts import VerifierResult
 from gameday.errors import BlastRadiusExceeded, GamedayError, InvalidInput
 from gameday.evidence.ledger import FaultEntry

@@ -38,7 +38,7 @@ from gameday.errors import GamedayError
 from gameday.experiment.extension import parse_extension
 from gameday.safety import targetconfig
 from gameday.safety.safeguards import SafeguardWatch, interrupt_main_thread
-from gameday.targets.base import open_target
+from gameday.targets.open import open_target
 
 log = structlog.get_logger("gameday.controls")
 

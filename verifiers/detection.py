@@ -17,7 +17,8 @@ from gameday.engine.session import Session
 from gameday.errors import GamedayError
 from verifiers._promql import PromQL, prometheus_url_of
 from verifiers._results import one_line
-from verifiers.base import PlacementSource, gpu_label, placement_source
+from verifiers.placement import PlacementSource, gpu_label
+from verifiers.sources import placement_source
 
 __all__ = ["DETECTION_EVENTS", "Detection", "DetectionSignal", "PlacementDetection",
            "PromQLDetection", "detection_signal"]

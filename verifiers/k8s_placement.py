@@ -28,7 +28,7 @@ from typing import Any
 from gameday.errors import GamedayError
 from verifiers._promql import PromQL, prometheus_url_of
 from verifiers._results import one_line
-from verifiers.base import GpuState, Placement, PlacementError, ShardPlacement
+from verifiers.placement import GpuState, Placement, PlacementError, ShardPlacement
 
 __all__ = ["DEFAULT_METRIC", "DEFAULT_UNHEALTHY", "DOMAIN_LABEL", "HOSTNAME_LABELS",
            "SHARD_LABEL", "KubernetesPlacementSource", "kubernetes_source"]

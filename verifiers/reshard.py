@@ -13,15 +13,15 @@ from gameday.clock import Clock
 from gameday.engine.session import current
 from gameday.errors import GamedayError
 from verifiers._results import fail, record
-from verifiers.base import (
+from verifiers.detection import detection_signal
+from verifiers.placement import (
     Placement,
     PlacementError,
     PlacementEvent,
     PlacementSource,
     gpu_label,
-    placement_source,
 )
-from verifiers.detection import detection_signal
+from verifiers.sources import placement_source
 
 __all__ = ["REFERENCE_DETECT_S", "REFERENCE_RESPONSE_S", "verify_reshard"]
 

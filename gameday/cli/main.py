@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gameday import __version__, paths
-from gameday.engine.runner import RunOptions, parse_vars, run_safely
+from gameday.engine.runner import RunOptions, parse_vars, run
 from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
 
@@ -148,7 +148,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from gameday.lab import api as lab
+    from gameday.targets import lab
 
     lab_dir = (args.dir or paths.lab_dir()).absolute()
     if args.lab_command == "up":
@@ -185,7 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  target_config=args.target_config, sign_key=args.sign_key)
             if args.lab_dir:
                 options.lab_dir = args.lab_dir.absolute()
-            return run_safely(options)
+            from gameday.report.terminal import print_run
+
+            outcome = run(options)
+            print_run(outcome.journal, outcome.journal_path, options.out)
+            return outcome.exit_code
         if args.command == "validate":
             return _cmd_validate(args.experiments)
         if args.command == "faults":

@@ -8,7 +8,10 @@ coverage cell), 2 invalid input (nothing injected), 130/143 interrupted.
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gameday.gamedays.play import PlaybookRun
 
 COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 
@@ -88,21 +91,41 @@ def _lab_dir(args: argparse.Namespace) -> Path | None:
     return args.lab_dir.absolute() if getattr(args, "lab_dir", None) else None
 
 
-def _play(args: argparse.Namespace) -> int:
+def _played(args: argparse.Namespace) -> "PlaybookRun":
+    """Load and play ``args.playbook`` with live progress on stdout, each run's verdict
+    table after it, and the game day's table at the end; the ``PlaybookRun``."""
+    from gameday.gamedays.gate import projections
     from gameday.gamedays.play import play
     from gameday.gamedays.playbook import load_playbook
+    from gameday.report.terminal import PlaybookRow, console_for, print_playbook, print_run
 
     playbook = load_playbook(args.playbook)
-    return play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args)).exit_code
+    console = console_for(sys.stdout)
+    result = play(playbook, console=console, journal_dir=args.journal_dir,
+                  lab_dir=_lab_dir(args),
+                  show_run=lambda outcome, out: print_run(outcome.journal,
+                                                          outcome.journal_path, out))
+    rows = [PlaybookRow(run.planned.name, run.planned.expect, run.outcome, run.as_expected,
+                        run.summary.rto_s if run.summary else None,
+                        run.summary.sha256[:16] if run.summary else run.error[:60])
+            for run in result.runs]
+    worst, _ = projections(result.playbook, result.runs)
+    print_playbook(playbook.title, rows, console,
+                   at_scale=worst.line() if worst is not None else None,
+                   exit_code=result.exit_code, interrupted=result.interrupted_exit is not None,
+                   record_path=result.record_path)
+    return result
+
+
+def _play(args: argparse.Namespace) -> int:
+    return _played(args).exit_code
 
 
 def _gate(args: argparse.Namespace) -> int:
     from gameday.gamedays.gate import evaluate, write_outputs
-    from gameday.gamedays.play import play
-    from gameday.gamedays.playbook import load_playbook
 
-    playbook = load_playbook(args.playbook)
-    result = play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args))
+    result = _played(args)
+    playbook = result.playbook
     if result.interrupted_exit is not None:
         return result.interrupted_exit
     verdict = evaluate(playbook, result.runs)

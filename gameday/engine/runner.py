@@ -4,7 +4,7 @@ Flow (docs/architecture.md): load + validate → open the target (starting a lab
 ``lab`` and none runs) → resolve every fault's targets and check the blast radius →
 run on chaoslib with rollbacks always played, signals mapped to interruptions and
 timeouts enforced (through ``gameday.controls``) → revert everything in the ledger →
-judge → write the journal → print the verdict table. Nothing is injected when
+judge → write the journal → return the outcome (the CLI prints it). Nothing is injected when
 validation, target resolution or the blast-radius check fails.
 """
 
@@ -29,14 +29,15 @@ from gameday.engine import session as sessions
 from gameday.engine import signals
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.verdict import Verdict, judge
-from gameday.errors import GamedayError, InvalidInput
+from gameday.errors import InvalidInput
 from gameday.evidence.journal import write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
-from gameday.report.terminal import print_verdict
 from gameday.safety import targetconfig
 from gameday.safety.locks import target_key
-from gameday.targets.base import GpuRef, Target, open_target
+from gameday.targets.base import GpuRef, Target
+from gameday.targets.lab import LabLease
+from gameday.targets.open import open_target
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -74,9 +75,12 @@ class PlannedFault:
 
 @dataclass
 class RunOutcome:
+    """What a run ended with: its exit code and, once it ran, its journal and verdict."""
+
     exit_code: int
     journal_path: Path | None = None
     verdict: Verdict | None = None
+    journal: dict[str, Any] | None = None
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
@@ -145,30 +149,6 @@ def _environment() -> dict[str, Any]:
             "argv": sys.argv}
 
 
-class _LabLease:
-    """Starts a lab for the run when none runs, and stops only the one it started."""
-
-    def __init__(self, lab_dir: Path, out: TextIO) -> None:
-        self.lab_dir = lab_dir
-        self.out = out
-        self.started = False
-
-    def ensure(self) -> None:
-        from gameday.lab import api as lab
-
-        if not lab.running(self.lab_dir):
-            print(f"starting the lab in {self.lab_dir} ...", file=self.out, flush=True)
-            self.started = True
-            lab.up(self.lab_dir)
-
-    def release(self) -> None:
-        if self.started:
-            from gameday.lab import api as lab
-
-            print("stopping the lab ...", file=self.out, flush=True)
-            lab.down(self.lab_dir)
-
-
 def run(options: RunOptions) -> RunOutcome:
     """Run one experiment file; return its exit code (and journal path)."""
     loaded = load_experiment(options.path)
@@ -181,7 +161,8 @@ def run(options: RunOptions) -> RunOutcome:
     kind = options.target or loaded.extension.target or "none"
     signals.reset()
     signals.install()
-    lab_lease = _LabLease(options.lab_dir, options.out)
+    lab_lease = LabLease(options.lab_dir,
+                         lambda line: print(line, file=options.out, flush=True))
     session: sessions.Session | None = None
     try:
         if kind == "lab":
@@ -302,15 +283,4 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
     journal = scrub(journal, _secrets(experiment, target))
     with signals.deferred():
         write_journal(journal_path, journal, sign_key)
-    print_verdict(journal, options.out)
-    print(f"journal: {journal_path}", file=options.out)
-    return RunOutcome(verdict.exit_code, journal_path, verdict)
-
-
-def run_safely(options: RunOptions) -> int:
-    """``run`` with user mistakes turned into one line on stderr and exit 2."""
-    try:
-        return run(options).exit_code
-    except GamedayError as exc:
-        print(f"gameday: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return RunOutcome(verdict.exit_code, journal_path, verdict, journal)

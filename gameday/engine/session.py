@@ -11,13 +11,19 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
+from gameday.engine.session_fanout import (
+    FanoutOptions,
+    InjectRequest,
+    inject_requests,
+    revert_entries,
+)
 from gameday.engine.verdicts import VerifierResult
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Ledger
@@ -26,27 +32,7 @@ from gameday.safety.locks import TargetLocks, target_key
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target
 
-if TYPE_CHECKING:
-    from gameday.engine.fanout import FanoutOptions
-
 log = structlog.get_logger("gameday.engine.session")
-
-
-@dataclass(frozen=True)
-class InjectRequest:
-    """One fault to inject through an agent: on ``node``, ``kind`` at ``target``."""
-
-    node: str
-    kind: str
-    target: Mapping[str, Any]
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def label(self) -> str:
-        """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
-        if set(self.target) == {"gpu"}:
-            return f"{self.node}/gpu{self.target['gpu']}"
-        where = ",".join(f"{k}={v}" for k, v in sorted(self.target.items()))
-        return f"{self.node}/{where}" if where else self.node
 
 
 @dataclass
@@ -159,17 +145,16 @@ class Session:
             self.record_applied([entry])
         return entry
 
-    def inject_many(self, requests: Sequence["InjectRequest"], *, action: str = "",
-                    lease_s: float | None = None, options: "FanoutOptions | None" = None
+    def inject_many(self, requests: Sequence[InjectRequest], *, action: str = "",
+                    lease_s: float | None = None, options: FanoutOptions | None = None
                     ) -> list[FaultEntry]:
         """Apply many faults concurrently, one batch per agent, all or nothing
-        (:func:`gameday.engine.fanout.inject_requests`): each admitted as by :meth:`inject`,
-        all recorded with one ledger write. Returns the entries in the order of
-        ``requests``; raises :class:`gameday.engine.fanout.FanoutFailed` (with a result per
-        request) after rolling back, or a single request's own error."""
-        from gameday.engine.fanout import FanoutOptions, inject_requests
+        (:func:`gameday.engine.session_fanout.inject_requests`): each admitted as by
+        :meth:`inject`, all recorded with one ledger write. Returns the entries in the order
+        of ``requests``; raises :class:`gameday.engine.session_fanout.FanoutFailed` (with a
+        result per request) after rolling back, or a single request's own error."""
         return inject_requests(self, requests, action=action, lease_s=lease_s,
-                               options=options or FanoutOptions())
+                               options=options)
 
     def lease(self, lease_s: float | None = None) -> float:
         """The lease a fault gets: ``lease_s``, else the extension's ``lease_s``."""
@@ -192,7 +177,7 @@ class Session:
         self.locks.acquire_many([target_key(node, target) for target in targets])
 
     @staticmethod
-    def entry(request: "InjectRequest", agent_url: str, fault: Mapping[str, Any], *,
+    def entry(request: InjectRequest, agent_url: str, fault: Mapping[str, Any], *,
               lease: float, action: str = "") -> FaultEntry:
         """The ledger entry of ``request`` as the agent applied it (``fault``)."""
         return FaultEntry(
@@ -242,7 +227,6 @@ class Session:
         """Revert every fault still active in the ledger; return one line per failure."""
         failures: list[str] = self._revert_routed(reason)
         if self.target is not None and len(self.ledger.active()) > 1:  # many: concurrently
-            from gameday.engine.fanout import revert_entries
             revert_entries(self, self.ledger.active(), reason)
         for entry in self.ledger.active():
             try:

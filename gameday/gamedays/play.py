@@ -9,11 +9,13 @@ hash chain (``gameday audit verify DIR`` covers it), so the expectations a gate 
 against are evidence too.
 
 When any experiment targets the lab and none is running, the lab is started once for
-the whole playbook and stopped at the end.
+the whole playbook and stopped at the end. The live progress goes to the console the
+caller gives; what each run and the whole game day ended with is the caller's to print
+(``show_run``, and the returned :class:`PlaybookRun`).
 """
 
 import datetime
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -31,13 +33,13 @@ from rich.progress import (
 
 from gameday import paths
 from gameday.engine import signals
-from gameday.engine.runner import RunOptions, run
+from gameday.engine.runner import RunOptions, RunOutcome, run
 from gameday.errors import GamedayError
 from gameday.evidence.journal import write_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
 from gameday.report.summary import JournalSummary, read_journal
-from gameday.report.terminal import console_for, print_playbook
+from gameday.targets.lab import LabLease
 
 RECORD_SUFFIX = ".playbook.json"
 EXIT_PASSED, EXIT_FAILED = 0, 1
@@ -143,40 +145,21 @@ def _targets(playbook: Playbook, planned: list[PlannedExperiment]) -> set[str]:
     return {load_experiment(p.path).extension.target or "none" for p in planned}
 
 
-class _PlaybookLab:
-    """Starts the lab once for the playbook when one is needed and none runs."""
-
-    def __init__(self, lab_dir: Path, console: Console) -> None:
-        self.lab_dir = lab_dir
-        self.console = console
-        self.started = False
-
-    def ensure(self) -> None:
-        from gameday.lab import api as lab
-
-        if not lab.running(self.lab_dir):
-            self.console.print(f"starting the lab in {self.lab_dir} ...", markup=False)
-            self.started = True
-            lab.up(self.lab_dir)
-
-    def release(self) -> None:
-        if self.started:
-            from gameday.lab import api as lab
-
-            self.console.print("stopping the lab ...", markup=False)
-            lab.down(self.lab_dir)
+#: Shows what one run ended with (its verdict table), on the progress display's stream.
+ShowRun = Callable[[RunOutcome, TextIO], None]
 
 
-def play(playbook: Playbook, *, journal_dir: Path | None = None, lab_dir: Path | None = None,
-         out: TextIO | None = None) -> PlaybookRun:
-    """Run a loaded playbook; return what happened (the record is written too)."""
-    console = console_for(out or sys.stdout)
+def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = None,
+         journal_dir: Path | None = None, lab_dir: Path | None = None) -> PlaybookRun:
+    """Run a loaded playbook with live progress on ``console``; return what happened (the
+    record is written too)."""
     stamp = _stamp()
     directory = (journal_dir or paths.journals_dir() / f"{stamp}-{playbook.slug}").absolute()
     planned = playbook.plan()
     result = PlaybookRun(playbook, directory, [ExperimentRun(p) for p in planned])
     result.started_at = datetime.datetime.now(datetime.UTC).timestamp()
-    lab = _PlaybookLab((lab_dir or paths.lab_dir()).absolute(), console)
+    lab = LabLease((lab_dir or paths.lab_dir()).absolute(),
+                   lambda line: console.print(line, markup=False))
     console.print(f"playbook: {playbook.title} ({len(planned)} experiments, journals in "
                   f"{directory})", markup=False)
     for item in planned:
@@ -203,7 +186,8 @@ def play(playbook: Playbook, *, journal_dir: Path | None = None, lab_dir: Path |
             lines = _ConsoleLines(console, progress, overall)
             for position, entry in enumerate(result.runs):
                 lines.start(f"{entry.planned.name} ({position + 1}/{len(planned)})")
-                _run_one(entry, playbook, directory, position, lab.lab_dir, lines, stamp)
+                _run_one(entry, playbook, directory, position, lab.lab_dir, lines, stamp,
+                         show_run)
                 progress.advance(overall)
                 if entry.outcome == "interrupted":
                     result.interrupted_exit = entry.exit_code
@@ -221,12 +205,12 @@ def play(playbook: Playbook, *, journal_dir: Path | None = None, lab_dir: Path |
             result.ended_at = datetime.datetime.now(datetime.UTC).timestamp()
             result.record_path = directory / f"{stamp}-{playbook.slug}{RECORD_SUFFIX}"
             write_journal(result.record_path, result.to_json())
-    print_playbook(result, console)
     return result
 
 
 def _run_one(entry: ExperimentRun, playbook: Playbook, directory: Path, position: int,
-             lab_dir: Path, lines: _ConsoleLines, stamp: str) -> None:
+             lab_dir: Path, lines: _ConsoleLines, stamp: str, show_run: ShowRun | None
+             ) -> None:
     journal_path = directory / f"{stamp}-{position + 1:02d}-{entry.planned.name}.json"
     options = RunOptions(path=entry.planned.path, target=playbook.target,
                          journal_path=journal_path, variables=dict(entry.planned.variables),
@@ -237,6 +221,8 @@ def _run_one(entry: ExperimentRun, playbook: Playbook, directory: Path, position
         entry.exit_code, entry.error = exc.exit_code, str(exc)
         lines.write(f"gameday: {exc}\n")
         return
+    if show_run is not None:
+        show_run(outcome, cast(TextIO, lines))
     entry.exit_code = outcome.exit_code
     if outcome.journal_path is not None and outcome.journal_path.exists():
         entry.journal_path = outcome.journal_path

@@ -1,15 +1,16 @@
-"""The verdict tables printed at the end of ``gameday run`` and ``gameday play`` (rich).
+"""The verdict tables the CLI prints at the end of ``gameday run`` and ``gameday play`` (rich).
 
 On a terminal the tables are drawn with rich, colour-coded by verdict; into a pipe or
 a file the verdict table is the same rows as aligned plain text, so logs stay greppable.
 """
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from gameday.gamedays.play import PlaybookRun
 
 PIPE_WIDTH = 240
 _STYLES = {"PASS": "green", "PASSED": "bold green", "ok": "green", "FAIL": "red",
@@ -109,29 +110,47 @@ def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
     console.print(table)
 
 
-def print_playbook(result: "PlaybookRun", console: "Console") -> None:
-    """One row per experiment of a game day: expected vs actual, RTO, journal hash."""
+def print_run(journal: dict[str, Any] | None, journal_path: Path | None, out: TextIO) -> None:
+    """What ``gameday run`` shows when a run ends: its verdict table and journal path
+    (nothing for a run that wrote no journal: a dry run, an interrupted plan)."""
+    if journal is None:
+        return
+    print_verdict(journal, out)
+    print(f"journal: {journal_path}", file=out)
+
+
+@dataclass(frozen=True)
+class PlaybookRow:
+    """One experiment of a game day as its table shows it."""
+
+    experiment: str
+    expect: str
+    outcome: str
+    as_expected: bool
+    rto_s: float | None
+    evidence: str  # as shown: the journal's sha256 (a prefix), else why there is none
+
+
+def print_playbook(title: str, rows: Sequence[PlaybookRow], console: "Console", *,
+                   at_scale: str | None, exit_code: int, interrupted: bool,
+                   record_path: Path | None) -> None:
+    """One row per experiment of a game day: expected vs actual, RTO, journal hash; then
+    the cost projected at scale (``at_scale``, computed by the caller) and the verdict."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    from gameday.gamedays.gate import projections
-
     table = Table("experiment", "expect", "outcome", "as expected", "RTO", "journal sha256",
-                  title=f"playbook: {result.playbook.title}", box=box.SIMPLE_HEAD)
-    for run in result.runs:
-        summary = run.summary
-        rto = summary.rto_s if summary else None
-        table.add_row(Text(run.planned.name), run.planned.expect, _verdict_cell(run.outcome),
-                      "yes" if run.as_expected else "[bold red]NO[/]",
-                      "-" if rto is None else f"{rto:.2f} s",
-                      Text(summary.sha256[:16] if summary else (run.error[:60] or "-")))
+                  title=f"playbook: {title}", box=box.SIMPLE_HEAD)
+    for row in rows:
+        table.add_row(Text(row.experiment), row.expect, _verdict_cell(row.outcome),
+                      "yes" if row.as_expected else "[bold red]NO[/]",
+                      "-" if row.rto_s is None else f"{row.rto_s:.2f} s",
+                      Text(row.evidence or "-"))
     console.print()
     console.print(table)
-    worst, _ = projections(result.playbook, result.runs)
-    if worst is not None:
-        console.print(f"at scale: {worst.line()}", markup=False)
-    verdict = "PASSED" if result.exit_code == 0 else (
-        "INTERRUPTED" if result.interrupted_exit else "FAILED")
+    if at_scale is not None:
+        console.print(f"at scale: {at_scale}", markup=False)
+    verdict = "PASSED" if exit_code == 0 else ("INTERRUPTED" if interrupted else "FAILED")
     console.print(Text.assemble("game day: ", Text(verdict, style=_STYLES.get(verdict, "")),
-                                f" (exit {result.exit_code}); record {result.record_path}"))
+                                f" (exit {exit_code}); record {record_path}"))

@@ -146,21 +146,3 @@ def host_target(configuration: Mapping[str, Any]) -> Target:
                   service_url=configuration.get("service_url"),
                   prometheus_url=configuration.get("prometheus_url"),
                   placement_url=configuration.get("placement_url"), source=str(url))
-
-
-def open_target(kind: str, configuration: Mapping[str, Any], *, lab_dir: Path) -> Target | None:
-    """The target of a run, by kind; ``none`` gives no target (plain toolkit semantics)."""
-    if kind == "none":
-        return None
-    if kind == "lab":
-        return lab_target(lab_dir)
-    if kind == "host":
-        return host_target(configuration)
-    if kind == "kubernetes":
-        from gameday.targets.kubernetes.target import (
-            kubernetes_target,  # loads the client only when asked
-        )
-
-        return kubernetes_target(configuration)
-    raise InvalidInput(f"unknown target {kind!r} (known: {', '.join(TARGET_KINDS)})",
-                       path="--target")

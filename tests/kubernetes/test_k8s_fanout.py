@@ -24,8 +24,13 @@ from gameday.agent.backend import FaultRequest
 from gameday.engine import session as sessions
 from gameday.engine import signals
 from gameday.engine.agent_client import AgentClient
-from gameday.engine.fanout import FanoutFailed, FanoutOptions, inject_gpus, inject_requests
-from gameday.engine.session import InjectRequest
+from gameday.engine.session_fanout import (
+    FanoutFailed,
+    FanoutOptions,
+    InjectRequest,
+    inject_gpus,
+    inject_requests,
+)
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target

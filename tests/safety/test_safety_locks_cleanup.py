@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gameday.engine.session import InjectRequest, Session
+from gameday.engine.session import Session
+from gameday.engine.session_fanout import InjectRequest
 from gameday.errors import BlastRadiusExceeded
 from gameday.evidence.ledger import append_event, read_ledger
 from gameday.experiment.extension import BlastRadius, Extension

@@ -25,8 +25,8 @@ from tests.verifiers.verifier_helpers import (
     shard,
 )
 from verifiers._promql import PromQL
-from verifiers.base import HttpPlacementSource
 from verifiers.detection import PlacementDetection, PromQLDetection
+from verifiers.placement import HttpPlacementSource
 from verifiers.rto import measure_recovery
 from verifiers.sli import sli_channels
 

@@ -23,7 +23,7 @@ from tests.verifiers.verifier_helpers import (
     record_fault,
     shard,
 )
-from verifiers.base import (
+from verifiers.placement import (
     HttpPlacementSource,
     Placement,
     PlacementError,

@@ -25,7 +25,7 @@ from gameday.httpjson import get_json
 
 __all__ = ["GpuState", "HttpPlacementSource", "LabPlacementSource", "Placement",
            "PlacementError", "PlacementEvent", "PlacementSource", "ShardPlacement",
-           "gpu_label", "parse_placement", "placement_source"]
+           "gpu_label", "parse_placement"]
 
 
 class PlacementError(GamedayError):
@@ -228,23 +228,3 @@ class LabPlacementSource:
 
     def read(self) -> Placement:
         return HttpPlacementSource(self.url(), self.timeout_s).read()
-
-
-def placement_source(spec: str | Mapping[str, Any], timeout_s: float = 5.0) -> PlacementSource:
-    """``lab`` / ``target``: the run target's placement; an http(s) URL: that endpoint;
-    ``{"kubernetes": {...}}``: shard pods joined with dcgm-exporter series
-    (``verifiers.k8s_placement``)."""
-    if isinstance(spec, Mapping):
-        if set(spec) != {"kubernetes"} or not isinstance(spec["kubernetes"], Mapping):
-            raise PlacementError('a placement mapping must be {"kubernetes": {...}}')
-        from verifiers.k8s_placement import kubernetes_source
-
-        return kubernetes_source(spec["kubernetes"])
-    if spec in ("lab", "target"):
-        source = LabPlacementSource(timeout_s)
-        source.url()  # fail now, not after a timeout, when there is no URL
-        return source
-    if spec.startswith(("http://", "https://")):
-        return HttpPlacementSource(spec, timeout_s)
-    raise PlacementError(f"placement source must be 'lab', 'target' or an http(s) URL, "
-                         f"got {spec!r}")

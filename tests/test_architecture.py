@@ -1,0 +1,286 @@
+"""The package rules of docs/architecture.md, checked on the source (no module is run).
+
+Every module of ``gameday/``, ``faults/`` and ``verifiers/`` is parsed (``ast``) and ALL
+its imports are collected: at module level, inside functions and classes, and under
+``if TYPE_CHECKING:``. A relative import is resolved against its package, and
+``from package import name`` is an import of the module ``package.name`` where that is a
+module of ours, else of ``package``. An import names one module: importing
+``a.b.c`` is an edge to ``a.b.c`` only (not to the packages ``a`` and ``a.b``, whose
+``__init__`` modules are checked as modules of their own). Imports of anything that is
+not ours (the standard library, chaoslib, ...) are ignored.
+
+The rules, where ``X -> Y`` means a module of X (the package or any module under it)
+imports a module of Y:
+
+- no import cycle, of any length, not even through imports inside functions;
+- nothing outside ``gameday.lab`` imports ``gameday.lab``, with one exception: the lab
+  target, ``gameday.targets.lab``, may import ``gameday.lab.api`` (the lab's public
+  start/stop/status surface, which the CLI's ``lab up|status|down`` and a run or
+  playbook with target ``lab`` reach through that target). So the engine
+  (``gameday.engine``, ``gameday.experiment``, ``gameday.safety``, ``gameday.evidence``,
+  ``gameday.gamedays``, ``gameday.report``, ``gameday.cli``, ``gameday.controls``, the
+  rest of ``gameday.targets``) never imports the lab;
+- ``gameday.lab`` -> ``faults``/``verifiers`` never, nor ``faults``/``verifiers`` ->
+  ``gameday.lab``;
+- ``faults``/``verifiers`` -> ``gameday.agent``/``gameday.node`` never (what runs in an
+  agent is never imported by an activity);
+- ``verifiers`` -> ``faults`` never, ``faults`` -> ``verifiers`` never;
+- ``gameday.agent``/``gameday.node`` -> ``gameday.engine``, ``gameday.cli``,
+  ``gameday.gamedays``, ``gameday.report`` never;
+- engines return results and the CLI prints them: ``gameday.engine`` -> ``gameday.report``
+  never, ``gameday.gamedays`` -> ``gameday.report.terminal`` never (a playbook's live
+  progress goes to the console and printer its caller injects), and
+  ``gameday.report.terminal`` -> ``gameday.gamedays``/``gameday.engine``/``gameday.cli``
+  never (the CLI passes it what it shows, projections included). ``gameday.report.summary``
+  (a journal read into a summary) is shared by reports and game days.
+
+And no file tracked by git outside ``.ci/`` cites the house plan (the section sign after
+its name, or a path into the shared folder above the repository).
+"""
+
+import ast
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = ("gameday", "faults", "verifiers")
+
+#: The one module outside the lab allowed to import it, and what it may import.
+LAB_GATE = "gameday.targets.lab"
+LAB_SURFACE = "gameday.lab.api"
+#: ``gameday.testing`` is a test utility for users, not the engine: its in-process agent
+#: runs the lab's virtual GPUs.
+TESTING_LAB = ("gameday.testing", "gameday.lab.devices")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's edge: ``source`` imports ``target`` at ``where``."""
+
+    source: str
+    target: str
+    where: str  # path:line
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.source} imports {self.target}"
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of ours by its dotted name (a package by its ``__init__``)."""
+    found: dict[str, Path] = {}
+    for root in ROOTS:
+        for path in sorted((REPO / root).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _known(name: str, modules: Iterable[str]) -> str | None:
+    """``name`` if it is a module of ours, else its longest prefix that is, else None."""
+    known = set(modules)
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in known:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imports_of(module: str, path: Path, modules: set[str]) -> list[Import]:
+    """All imports of one module, wherever they are in it, resolved to modules of ours."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    where = path.relative_to(REPO)
+    edges: list[Import] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            for alias in node.names:
+                full = f"{stem}.{alias.name}"
+                names.append(full if full in modules else stem)
+        for name in names:
+            target = _known(name, modules)
+            if target is not None and target != module:
+                edges.append(Import(module, target, f"{where}:{node.lineno}"))
+    return edges
+
+
+def all_imports() -> list[Import]:
+    """Every import of every module, once per statement and module imported."""
+    files = module_files()
+    modules = set(files)
+    edges = [edge for module, path in files.items() for edge in imports_of(module, path, modules)]
+    return list(dict.fromkeys(edges))
+
+
+def under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def cycles(edges: list[Import]) -> list[list[str]]:
+    """The import cycles: each strongly connected component of more than one module
+    (Tarjan's algorithm, iterative), its modules sorted."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        graph[edge.source].add(edge.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(start, sorted(graph[start]))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, pending = work[-1]
+            if pending:
+                nxt = pending.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(graph.get(nxt, ()))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_import_graph_is_read() -> None:
+    """The parser sees imports inside functions and under TYPE_CHECKING, and resolves
+    relative and ``from package import module`` forms (on the real tree)."""
+    edges = {(e.source, e.target) for e in all_imports()}
+    assert ("gameday.engine.session", "gameday.engine.leases") in edges  # from x.y import Z
+    assert ("gameday.cli.main", "gameday.engine.runner") in edges
+    assert len(edges) > 300
+
+
+def test_no_import_cycles() -> None:
+    edges = all_imports()
+    found = cycles(edges)
+    lines = []
+    for component in found:
+        members = set(component)
+        lines.append(" -> ".join(component))
+        lines.extend(f"    {edge}" for edge in edges
+                     if edge.source in members and edge.target in members)
+    assert not found, "import cycles (each: its modules, then their imports):\n" + "\n".join(lines)
+
+
+def _offending(edges: list[Import], sources: tuple[str, ...], targets: tuple[str, ...],
+               allowed: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
+    return [str(e) for e in edges
+            if under(e.source, *sources) and under(e.target, *targets)
+            and (e.source, e.target) not in allowed]
+
+
+def _outside(edges: list[Import], package: str) -> tuple[str, ...]:
+    return tuple(sorted({e.source for e in edges if not under(e.source, package)}))
+
+
+def test_nothing_but_the_lab_target_imports_the_lab() -> None:
+    edges = all_imports()
+    bad = _offending(edges, _outside(edges, "gameday.lab"), ("gameday.lab",),
+                     allowed=frozenset({(LAB_GATE, LAB_SURFACE), TESTING_LAB}))
+    assert not bad, (f"only {LAB_GATE} may import the lab (and only {LAB_SURFACE}; "
+                     f"{TESTING_LAB[0]} its virtual GPUs):\n"
+                     + "\n".join(bad))
+
+
+def test_the_lab_and_the_activities_do_not_import_each_other() -> None:
+    edges = all_imports()
+    bad = (_offending(edges, ("gameday.lab",), ("faults", "verifiers"))
+           + _offending(edges, ("faults", "verifiers"), ("gameday.lab",)))
+    assert not bad, "the lab is sealed from faults/verifiers:\n" + "\n".join(bad)
+
+
+#: Imports of agent-side code by the activities that are known and not yet cut: the fault
+#: vocabulary the agent and the fault kinds share (injection layers, the request, the
+#: backend protocol; the fault filesystem's operations and errnos) still lives agent-side.
+#: It is to move to a module both sides may import; this list may only shrink.
+NOT_YET_CUT = frozenset({("faults.base", "gameday.agent.backend"),
+                         ("faults.kinds.storage", "gameday.node.faultfs.rules")})
+
+
+def test_activities_do_not_import_what_runs_in_an_agent() -> None:
+    edges = all_imports()
+    bad = _offending(edges, ("faults", "verifiers"), ("gameday.agent", "gameday.node"),
+                     allowed=NOT_YET_CUT)
+    assert not bad, "faults/verifiers import agent-side code:\n" + "\n".join(bad)
+    gone = NOT_YET_CUT - {(e.source, e.target) for e in edges}
+    assert not gone, f"cut since: take them off NOT_YET_CUT: {sorted(gone)}"
+
+
+def test_verifiers_and_faults_do_not_import_each_other() -> None:
+    edges = all_imports()
+    bad = (_offending(edges, ("verifiers",), ("faults",))
+           + _offending(edges, ("faults",), ("verifiers",)))
+    assert not bad, "verifiers never inject, faults never judge:\n" + "\n".join(bad)
+
+
+def test_the_agent_side_does_not_import_the_orchestrator() -> None:
+    bad = _offending(all_imports(), ("gameday.agent", "gameday.node"),
+                     ("gameday.engine", "gameday.cli", "gameday.gamedays", "gameday.report"))
+    assert not bad, "agent/node import orchestrator code:\n" + "\n".join(bad)
+
+
+def test_engines_return_results_and_the_cli_prints_them() -> None:
+    edges = all_imports()
+    bad = (_offending(edges, ("gameday.engine",), ("gameday.report",))
+           + _offending(edges, ("gameday.gamedays",), ("gameday.report.terminal",))
+           + _offending(edges, ("gameday.report.terminal",),
+                        ("gameday.gamedays", "gameday.engine", "gameday.cli")))
+    assert not bad, "an engine imports the reports, or a report an engine:\n" + "\n".join(bad)
+
+
+def test_no_file_cites_the_house_plan() -> None:
+    banned = ("DESIGN " + "\N{SECTION SIGN}", "../" + "shared/")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
+                             capture_output=True).stdout.decode().split("\0")
+    hits = []
+    for name in tracked:
+        path = REPO / name
+        if not name or name.startswith(".ci/") or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            hits.extend(f"{name}:{number}: {word}" for word in banned if word in line)
+    assert not hits, ("files cite the house plan (docs/architecture.md is the plan):\n"
+                      + "\n".join(hits))

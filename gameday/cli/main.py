@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gameday import __version__, paths
-from gameday.engine.runner import RunOptions, parse_vars, run_safely
+from gameday.cli.results import add_arguments as add_result_arguments
+from gameday.cli.results import publisher
+from gameday.engine.runner import RunOptions, parse_vars, run, run_safely
 from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
 
@@ -36,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="allowlist and agents of the target (default $GAMEDAY_TARGET_CONFIG)")
     run.add_argument("--sign-key", type=Path, metavar="KEY",
                      help="sign the journal with this Ed25519 key (gameday audit keygen)")
+    add_result_arguments(run)
 
     cleanup = commands.add_parser("cleanup", help="revert every fault the ledger (and agents) "
                                                   "still hold; safe to run twice")
@@ -185,7 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  target_config=args.target_config, sign_key=args.sign_key)
             if args.lab_dir:
                 options.lab_dir = args.lab_dir.absolute()
-            return run_safely(options)
+            results = publisher(args)
+            if results is None or args.dry_run:
+                return run_safely(options)
+            outcome = run(options)
+            results.publish_journal(outcome.journal_path)
+            return outcome.exit_code
         if args.command == "validate":
             return _cmd_validate(args.experiments)
         if args.command == "faults":

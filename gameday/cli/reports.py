@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gameday.cli.results import add_arguments as add_result_arguments
+from gameday.cli.results import publisher
+
 COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 
 
@@ -27,6 +30,7 @@ def add_commands(commands: Any) -> None:
     play.add_argument("--journal-dir", type=Path, help="where the journals go (default "
                                                        "journals/<stamp>-<playbook>)")
     play.add_argument("--lab-dir", type=Path, help="lab directory")
+    add_result_arguments(play)
 
     gate = commands.add_parser("gate", help="run a playbook as a release gate")
     gate.add_argument("playbook", type=Path)
@@ -35,6 +39,7 @@ def add_commands(commands: Any) -> None:
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
+    add_result_arguments(gate)
 
     schedule = commands.add_parser("schedule", help="a playbook's schedule as cron")
     schedule.add_argument("playbook", type=Path)
@@ -89,7 +94,9 @@ def _play(args: argparse.Namespace) -> int:
     from gameday.gamedays.playbook import load_playbook
 
     playbook = load_playbook(args.playbook)
-    return play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args)).exit_code
+    results = publisher(args)
+    return play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args),
+                on_summary=results.publish if results else None).exit_code
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -98,7 +105,9 @@ def _gate(args: argparse.Namespace) -> int:
     from gameday.gamedays.playbook import load_playbook
 
     playbook = load_playbook(args.playbook)
-    result = play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args))
+    results = publisher(args)
+    result = play(playbook, journal_dir=args.journal_dir, lab_dir=_lab_dir(args),
+                  on_summary=results.publish if results else None)
     if result.interrupted_exit is not None:
         return result.interrupted_exit
     verdict = evaluate(playbook, result.runs)

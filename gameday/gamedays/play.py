@@ -14,6 +14,7 @@ the whole playbook and stopped at the end.
 
 import datetime
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -168,8 +169,10 @@ class _PlaybookLab:
 
 
 def play(playbook: Playbook, *, journal_dir: Path | None = None, lab_dir: Path | None = None,
-         out: TextIO | None = None) -> PlaybookRun:
-    """Run a loaded playbook; return what happened (the record is written too)."""
+         out: TextIO | None = None,
+         on_summary: Callable[[JournalSummary], None] | None = None) -> PlaybookRun:
+    """Run a loaded playbook; return what happened (the record is written too).
+    ``on_summary`` is given each experiment's journal summary as soon as it ran."""
     console = console_for(out or sys.stdout)
     stamp = _stamp()
     directory = (journal_dir or paths.journals_dir() / f"{stamp}-{playbook.slug}").absolute()
@@ -204,6 +207,8 @@ def play(playbook: Playbook, *, journal_dir: Path | None = None, lab_dir: Path |
             for position, entry in enumerate(result.runs):
                 lines.start(f"{entry.planned.name} ({position + 1}/{len(planned)})")
                 _run_one(entry, playbook, directory, position, lab.lab_dir, lines, stamp)
+                if on_summary is not None and entry.summary is not None:
+                    on_summary(entry.summary)
                 progress.advance(overall)
                 if entry.outcome == "interrupted":
                     result.interrupted_exit = entry.exit_code

@@ -428,7 +428,8 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
 
         return Then(client.start_inject_many([  # copied there
             {"kind": request.kind, "target": request.target, "params": request.params,
-             "lease_s": lease} for request in batch], minimal=True), finish)
+             "lease_s": lease, "run": session.run_id} for request in batch], minimal=True),
+            finish)
 
     done: list[_Outcome[InjectRequest]] = []
     try:

@@ -152,7 +152,7 @@ class Session:
         client = self.require_target().agent(node)
         self.admit(node, target)
         lease = self.lease(lease_s)
-        fault = client.inject(kind, target, params, lease)
+        fault = client.inject(kind, target, params, lease, run=self.run_id)
         entry = self.entry(InjectRequest(node, kind, target, params), client.url, fault,
                            lease=lease, action=action)
         if record:

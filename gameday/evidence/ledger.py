@@ -288,18 +288,23 @@ def sync_file(path: Path) -> None:
         os.close(fd)
 
 
+def _events(path: Path) -> Iterator[Any]:
+    """Each event line of a ledger file, decoded (a torn last line after a crash skipped)."""
+    if not path.exists():
+        return
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        try:
+            yield json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+
+
 def read_ledger(path: Path) -> list[dict[str, Any]]:
     """Replay a ledger file into the last known state of each fault (for cleanup): one
     flat ``applied`` record per fault, whether it was written alone or in a batch's event
     (then with its ``inverse`` rebuilt, and ``reverted_at``/``revert_reason`` empty)."""
     faults: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        try:
-            event = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a torn last line after a crash
+    for event in _events(path):
         for one in fault_events(event):
             fault_id = one.get("id")
             if not isinstance(fault_id, str):
@@ -315,13 +320,7 @@ def read_silences(path: Path) -> list[dict[str, Any]]:
     """The silences a ledger file records as created and not (yet) expired, each
     ``{"run", "silence_id", "alertmanager", "ends_at"}``."""
     silences: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        try:
-            event = json.loads(raw)
-        except json.JSONDecodeError:
-            continue
+    for event in _events(path):
         if not isinstance(event, dict) or not isinstance(event.get("silence_id"), str):
             continue
         if event.get("event") == "silence-created":

@@ -3,7 +3,7 @@
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
-DEBS      := prometheus prometheus-alertmanager fuse3 stress-ng iptables nftables chromium
+DEBS      := prometheus prometheus-alertmanager prometheus-pushgateway fuse3 stress-ng iptables nftables chromium
 PYTHON    ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
 
 .PHONY: setup debs demo test bench lint clean

@@ -43,8 +43,8 @@ from gameday.targets.open import open_target
 log = structlog.get_logger("gameday.controls")
 
 __all__ = ["after_activity_control", "after_experiment_control", "after_method_control",
-           "before_activity_control", "before_method_control", "cleanup_control",
-           "configure_control"]
+           "after_rollback_control", "before_activity_control", "before_method_control",
+           "cleanup_control", "configure_control"]
 
 _owned: list[sessions.Session] = []
 _watches: list[SafeguardWatch] = []
@@ -85,9 +85,11 @@ def after_activity_control(context: dict[str, Any], **_: Any) -> None:
 def before_method_control(context: dict[str, Any],
                           configuration: dict[str, Any] | None = None,
                           sli: dict[str, Any] | None = None, **_: Any) -> None:
-    """Start watching the extension's safeguards (``gameday.safety.safeguards``) for the method,
-    and start the run's SLI recorder when the control has an ``sli`` argument."""
+    """Create the extension's Alertmanager silence, start watching its safeguards
+    (``gameday.safety.safeguards``) for the method, and start the run's SLI recorder
+    when the control has an ``sli`` argument."""
     session = sessions.current()
+    session.hold_silence()
     if sli is not None:
         _start_recorder(session, sli)
 
@@ -104,6 +106,11 @@ def before_method_control(context: dict[str, Any],
 
 def after_method_control(context: dict[str, Any], **_: Any) -> None:
     _stop_watches()
+
+
+def after_rollback_control(context: Any = None, **_: Any) -> None:
+    """The rollbacks put the system back: expire the run's silence."""
+    sessions.current().end_silence("rollbacks-done")
 
 
 def _start_recorder(session: sessions.Session, sli: dict[str, Any]) -> None:

@@ -59,3 +59,8 @@ class FaultRejected(GamedayError):
 
 class LabError(GamedayError):
     """The embedded lab could not start, stop or answer."""
+
+
+class ObservabilityError(GamedayError):
+    """A metrics file could not be written, or the Pushgateway or Alertmanager refused or
+    did not answer."""

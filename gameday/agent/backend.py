@@ -17,11 +17,13 @@ INJECTION_LAYERS = ("device", "driver", "telemetry", "network", "storage", "proc
 
 @dataclass(frozen=True)
 class FaultRequest:
-    """What to inject: a fault kind (``gpu.ecc``), its target on this node, its parameters."""
+    """What to inject: a fault kind (``gpu.ecc``), its target on this node, its parameters,
+    and the run that asks for it (``run``, for the fault-window metric; may be empty)."""
 
     kind: str
     target: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
+    run: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": dict(self.target), "params": dict(self.params)}

@@ -1,7 +1,9 @@
 """The agent's Prometheus metrics, on a private registry (one per agent, so several
 agents can live in one process, as in the lab and in tests)."""
 
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -14,7 +16,12 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 class AgentMetrics:
     """``gameday_agent_active_faults``, ``gameday_agent_faults_applied_total{kind}``,
-    ``gameday_agent_faults_reverted_total{kind,reason}``."""
+    ``gameday_agent_faults_reverted_total{kind,reason}`` and the fault windows
+    ``gameday_fault_active{kind,target,layer,run}``: 1 while a fault is held, 0 after
+    (the last ``ENDED_KEPT`` ended windows are kept at 0, older ones are dropped)."""
+
+    #: How many ended fault windows stay exported at 0.
+    ENDED_KEPT = 200
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -29,6 +36,11 @@ class AgentMetrics:
         # lock and checks its arguments on every call); the counters are never removed
         self._applied_by_kind: dict[str, Counter] = {}
         self._reverted_by_label: dict[tuple[str, str], Counter] = {}
+        self._window = Gauge("gameday_fault_active",
+                             "1 while the fault is held, 0 after: game-day windows.",
+                             ["kind", "target", "layer", "run"], registry=self.registry)
+        self._held: dict[str, tuple[str, str, str, str]] = {}  # fault id -> its labels
+        self._ended: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
 
     def expect(self, kinds: Iterable[str], reasons: Iterable[str]) -> None:
         """Export the counters of ``kinds`` (and each revert ``reason``) at zero from now,
@@ -57,6 +69,27 @@ class AgentMetrics:
         if child is None:
             child = self._reverted_by_label[kind, reason] = self._reverted.labels(kind, reason)
         child.inc(count)
+
+    def held(self, fault_id: str, kind: str, target: Mapping[str, Any], layer: str,
+             run: str, *, node: str = "") -> None:
+        """The fault ``fault_id`` is held from now: its window reads 1. ``target`` is
+        shown as ``node:key=value,...``; ``run`` is the run that asked for it."""
+        where = ",".join(f"{key}={target[key]}" for key in sorted(target))
+        labels = (kind, f"{node}:{where}" if node else where, layer, run)
+        self._held[fault_id] = labels
+        self._ended.pop(labels, None)
+        self._window.labels(*labels).set(1)
+
+    def released(self, fault_id: str) -> None:
+        """The fault ``fault_id`` is no longer held: its window reads 0."""
+        labels = self._held.pop(fault_id, None)
+        if labels is None or labels in self._held.values():
+            return
+        self._window.labels(*labels).set(0)
+        self._ended[labels] = None
+        while len(self._ended) > self.ENDED_KEPT:
+            old, _ = self._ended.popitem(last=False)
+            self._window.remove(*old)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -114,7 +114,7 @@ def spec() -> dict[str, Any]:
                     "properties": {"kind": {"type": "string", "minLength": 1},
                                    "target": {"type": "object"},
                                    "params": {"type": "object"},
-                                   "lease_s": _LEASE}},
+                                   "lease_s": _LEASE, "run": {"type": "string"}}},
                 "RenewRequest": {"type": "object", "additionalProperties": False,
                                  "properties": {"lease_s": _LEASE}},
                 "BatchInjectRequest": {

@@ -66,7 +66,7 @@ MINIMAL_FIELDS: Final[dict[Outcome, tuple[str, ...]]] = {
     "renewed": ("id", "lease_s", "expires_at"),
 }
 
-_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s")
+_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s", "run")
 _RENEW_FIELDS: Final = ("lease_s",)
 _BATCH_INJECT_FIELDS: Final = ("faults",)
 _BATCH_IDS_FIELDS: Final = ("ids",)
@@ -136,10 +136,12 @@ def _json_type(value: object) -> str:
 
 
 def parse_inject(body: object) -> tuple[FaultRequest, float]:
-    """Parse ``{"kind", "target", "params"?, "lease_s"}`` into a request and its lease.
+    """Parse ``{"kind", "target", "params"?, "lease_s", "run"?}`` into a request and its
+    lease.
 
     ``kind`` (non-empty string), ``target`` (object) and ``lease_s`` are required;
-    ``params`` (object) defaults to ``{}``; any other field is refused.
+    ``params`` (object) defaults to ``{}``, ``run`` (the asking run's id, a string) to
+    ``""``; any other field is refused.
     """
     obj = _json_object(body, "body")
     _check_fields(obj, _INJECT_FIELDS)
@@ -152,8 +154,12 @@ def parse_inject(body: object) -> tuple[FaultRequest, float]:
     target = _json_object(obj["target"], "target")
     params = _json_object(obj.get("params", {}), "params")
     lease_s = check_lease(obj["lease_s"])
+    run = obj.get("run", "")
+    if not isinstance(run, str):
+        raise InvalidInput(f"run must be a string, got {_json_type(run)}")
     # made without the frozen dataclass's __init__: once per item of a batch
-    return construct(FaultRequest, {"kind": kind, "target": target, "params": params}), lease_s
+    return construct(FaultRequest, {"kind": kind, "target": target, "params": params,
+                                    "run": run}), lease_s
 
 
 def parse_renew(body: object) -> float | None:

@@ -230,6 +230,8 @@ class FaultRegistry:
             closing = self._closed
         fault = entry.fault
         self.metrics.applied(fault.kind)
+        self.metrics.held(fault.id, fault.kind, fault.target, fault.injected_at, request.run,
+                          node=self.node)
         self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
                        target=fault.target, lease_s=fault.lease_s,
                        injected_at=fault.injected_at, expires_at=fault.expires_at)
@@ -304,6 +306,9 @@ class FaultRegistry:
         applied = [entry.fault for entry in entries]
         for kind, count in Counter(fault.kind for fault in applied).items():
             self.metrics.applied(kind, count)  # once per kind: not per fault
+        for fault, (request, _) in zip(applied, checked, strict=True):
+            self.metrics.held(fault.id, fault.kind, fault.target, fault.injected_at,
+                              request.run, node=self.node)
         for fault in applied if writes_info(self._log) else ():
             self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
                            target=fault.target, lease_s=fault.lease_s,
@@ -575,6 +580,8 @@ class FaultRegistry:
                 self._save(strict=False)
             self._cond.notify_all()
         done = [result for result in results if isinstance(result, Fault)]
+        for result in done:
+            self.metrics.released(result.id)
         for (kind, reason), count in Counter(
                 (fault.kind, fault.revert_reason or "requested") for fault in done).items():
             self.metrics.reverted(kind, reason, count)  # once per kind and reason

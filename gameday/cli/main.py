@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gameday import __version__, paths
+from gameday.cli.results import add_arguments as add_result_arguments
+from gameday.cli.results import publisher
 from gameday.engine.runner import RunOptions, parse_vars, run
 from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
@@ -36,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="allowlist and agents of the target (default $GAMEDAY_TARGET_CONFIG)")
     run.add_argument("--sign-key", type=Path, metavar="KEY",
                      help="sign the journal with this Ed25519 key (gameday audit keygen)")
+    add_result_arguments(run)
 
     cleanup = commands.add_parser("cleanup", help="revert every fault the ledger (and agents) "
                                                   "still hold; safe to run twice")
@@ -187,8 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 options.lab_dir = args.lab_dir.absolute()
             from gameday.report.terminal import print_run
 
+            results = publisher(args)
             outcome = run(options)
             print_run(outcome.journal, outcome.journal_path, options.out)
+            if results is not None and not args.dry_run and outcome.journal_path is not None:
+                results.publish_journal(outcome.journal_path)
             return outcome.exit_code
         if args.command == "validate":
             return _cmd_validate(args.experiments)

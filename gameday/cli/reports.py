@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gameday.gamedays.play import PlaybookRun
 
+from gameday.cli.results import add_arguments as add_result_arguments
+from gameday.cli.results import publisher
+
 COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 
 
@@ -30,6 +33,7 @@ def add_commands(commands: Any) -> None:
     play.add_argument("--journal-dir", type=Path, help="where the journals go (default "
                                                        "journals/<stamp>-<playbook>)")
     play.add_argument("--lab-dir", type=Path, help="lab directory")
+    add_result_arguments(play)
 
     gate = commands.add_parser("gate", help="run a playbook as a release gate")
     gate.add_argument("playbook", type=Path)
@@ -38,6 +42,7 @@ def add_commands(commands: Any) -> None:
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
+    add_result_arguments(gate)
 
     schedule = commands.add_parser("schedule", help="a playbook's schedule as cron")
     schedule.add_argument("playbook", type=Path)
@@ -101,8 +106,9 @@ def _played(args: argparse.Namespace) -> "PlaybookRun":
 
     playbook = load_playbook(args.playbook)
     console = console_for(sys.stdout)
+    results = publisher(args)
     result = play(playbook, console=console, journal_dir=args.journal_dir,
-                  lab_dir=_lab_dir(args),
+                  lab_dir=_lab_dir(args), on_summary=results.publish if results else None,
                   show_run=lambda outcome, out: print_run(outcome.journal,
                                                           outcome.journal_path, out))
     rows = [PlaybookRow(run.planned.name, run.planned.expect, run.outcome, run.as_expected,

@@ -127,10 +127,13 @@ class AgentClient:
         return self._call("GET", "/v1/inventory")
 
     def inject(self, kind: str, target: Mapping[str, Any], params: Mapping[str, Any],
-               lease_s: float) -> dict[str, Any]:
-        """Apply a fault under a lease of ``lease_s`` seconds; returns the fault."""
+               lease_s: float, *, run: str = "") -> dict[str, Any]:
+        """Apply a fault under a lease of ``lease_s`` seconds for run ``run`` (named in
+        the agent's fault-window metric); returns the fault."""
         body = {"kind": kind, "target": dict(target), "params": dict(params),
                 "lease_s": lease_s}
+        if run:
+            body["run"] = run
         return self._call("POST", "/v1/faults", body)
 
     def renew(self, fault_id: str, lease_s: float | None = None) -> dict[str, Any]:
@@ -145,7 +148,7 @@ class AgentClient:
 
     def inject_many(self, faults: Sequence[Mapping[str, Any]], *, minimal: bool = False
                     ) -> list[dict[str, Any]]:
-        """Apply many faults (each ``{"kind", "target", "params"?, "lease_s"}``) in one
+        """Apply many faults (each ``{"kind", "target", "params"?, "lease_s", "run"?}``) in one
         request, all or nothing; returns the faults in order (``minimal``: at least their
         ``id``, ``injected_at``, ``applied_at``, ``expires_at`` and ``details``). Raises
         :class:`BatchFailed` (which item, why) when the agent refused one: then none of
@@ -159,7 +162,8 @@ class AgentClient:
         """:meth:`inject_many`, sent: its answer is the exchange's :meth:`Exchange.result`."""
         _check_size(len(faults))
         body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
-                            "params": dict(f.get("params") or {}), "lease_s": f["lease_s"]}
+                            "params": dict(f.get("params") or {}), "lease_s": f["lease_s"],
+                            **({"run": f["run"]} if f.get("run") else {})}
                            for f in faults]}
 
         def decode(answer: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:

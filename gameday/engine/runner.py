@@ -178,6 +178,7 @@ def run(options: RunOptions) -> RunOutcome:
         if options.dry_run:
             print("dry run: nothing injected", file=options.out)
             return RunOutcome(0)
+        session.hold_silence()  # refused here, before anything is injected, if it cannot
         return _execute(loaded, target, session, kind, options, sign_key)
     except signals.Interrupted as interrupted:
         print(f"gameday: {interrupted}; nothing left injected", file=sys.stderr)
@@ -205,6 +206,9 @@ def _print_plan(kind: str, planned: list[PlannedFault], session: sessions.Sessio
         source = f"promql {guard.promql}" if guard.promql else f"http {guard.http}"
         print(f"  safeguard {guard.name}: {source} ({bounds}; every {guard.interval_s:g} s)",
               file=out)
+    if session.extension.silence is not None:
+        print(f"  {session.extension.silence.line()}; before the method, ending a lease "
+              f"({session.extension.lease_s:g} s) ahead until the rollbacks", file=out)
     if session.locks.held():
         print(f"  locks: {', '.join(session.locks.held())}", file=out)
 

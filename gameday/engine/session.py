@@ -28,6 +28,7 @@ from gameday.engine.verdicts import VerifierResult
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Ledger
 from gameday.experiment.extension import Extension
+from gameday.safety.alertmanager import SilenceHold
 from gameday.safety.locks import TargetLocks, target_key
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target
@@ -72,6 +73,7 @@ class Session:
         self.locks = TargetLocks(ledger_path.parent / "locks" if ledger_path else None,
                                  self.run_id)
         self.breach: str | None = None  # why a safeguard interrupted the run
+        self.silence: SilenceHold | None = None  # the extension's Alertmanager silence
         self._fleet: int | None = None
 
     # -- target --------------------------------------------------------------------
@@ -138,7 +140,7 @@ class Session:
         client = self.require_target().agent(node)
         self.admit(node, target)
         lease = self.lease(lease_s)
-        fault = client.inject(kind, target, params, lease)
+        fault = client.inject(kind, target, params, lease, run=self.run_id)
         entry = self.entry(InjectRequest(node, kind, target, params), client.url, fault,
                            lease=lease, action=action)
         if record:
@@ -267,10 +269,33 @@ class Session:
         with self._lock:
             self.timeline.extend(TimelineEvent(now, name, detail) for detail in details)
 
+    def hold_silence(self) -> None:
+        """Create the extension's Alertmanager silence (once), recorded in the ledger and
+        on the timeline, held a lease ahead until :meth:`end_silence`."""
+        spec = self.extension.silence
+        if spec is None or self.silence is not None:
+            return
+        hold = SilenceHold(spec, self.extension.lease_s, clock=self.clock,
+                           on_created=self.ledger.record_silence,
+                           on_expired=self.ledger.record_silence_expired)
+        silence_id = hold.start()
+        self.silence = hold
+        self.event("silence_created", silence_id=silence_id, alertmanager=spec.alertmanager,
+                   matchers=[m.line() for m in spec.matchers])
+
+    def end_silence(self, reason: str) -> None:
+        """Expire the run's silence, if it holds one (idempotent)."""
+        if self.silence is not None and not self.silence.ended:
+            self.silence.end(reason)
+            if self.silence.ended:
+                self.event("silence_expired", silence_id=self.silence.silence_id,
+                           reason=reason)
+
     def close(self, reason: str = "rollback") -> list[str]:
         if self.recorder is not None:
             self.recorder.stop()
         failures = self.revert_all(reason)
+        self.end_silence(reason)
         self.renewer.stop()
         self.locks.release_all()
         return failures

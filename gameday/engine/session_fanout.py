@@ -76,6 +76,9 @@ class FaultSession(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    @property
+    def run_id(self) -> str: ...
+
     def require_target(self) -> Target: ...
 
     def lease(self, lease_s: float | None = None) -> float: ...
@@ -216,7 +219,8 @@ def inject_requests(session: FaultSession, requests: Sequence[InjectRequest], *,
 
         return Then(client.start_inject_many([  # copied there
             {"kind": request.kind, "target": request.target, "params": request.params,
-             "lease_s": lease} for request in batch], minimal=True), finish)
+             "lease_s": lease, "run": session.run_id} for request in batch], minimal=True),
+            finish)
 
     done: list[Outcome[InjectRequest]] = []
     try:

@@ -221,6 +221,16 @@ class Ledger:
             self._append("reverted", {"id": fault_id, "reverted_at": reverted_at,
                                       "reason": reason})
 
+    def record_silence(self, alertmanager: str, silence_id: str, ends_at: float) -> None:
+        """An Alertmanager silence this run created (``gameday cleanup`` expires it if the
+        run dies before it does)."""
+        self._append("silence-created", {"silence_id": silence_id,
+                                         "alertmanager": alertmanager, "ends_at": ends_at})
+
+    def record_silence_expired(self, silence_id: str, expired_at: float, reason: str) -> None:
+        self._append("silence-expired", {"silence_id": silence_id, "expired_at": expired_at,
+                                         "reason": reason})
+
     def entries(self) -> list[FaultEntry]:
         with self._lock:
             return list(self._entries.values())
@@ -278,18 +288,23 @@ def sync_file(path: Path) -> None:
         os.close(fd)
 
 
+def _events(path: Path) -> Iterator[Any]:
+    """Each event line of a ledger file, decoded (a torn last line after a crash skipped)."""
+    if not path.exists():
+        return
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        try:
+            yield json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+
+
 def read_ledger(path: Path) -> list[dict[str, Any]]:
     """Replay a ledger file into the last known state of each fault (for cleanup): one
     flat ``applied`` record per fault, whether it was written alone or in a batch's event
     (then with its ``inverse`` rebuilt, and ``reverted_at``/``revert_reason`` empty)."""
     faults: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        try:
-            event = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a torn last line after a crash
+    for event in _events(path):
         for one in fault_events(event):
             fault_id = one.get("id")
             if not isinstance(fault_id, str):
@@ -299,6 +314,20 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
             elif fault_id in faults:
                 faults[fault_id].update({k: v for k, v in one.items() if k != "event"})
     return list(faults.values())
+
+
+def read_silences(path: Path) -> list[dict[str, Any]]:
+    """The silences a ledger file records as created and not (yet) expired, each
+    ``{"run", "silence_id", "alertmanager", "ends_at"}``."""
+    silences: dict[str, dict[str, Any]] = {}
+    for event in _events(path):
+        if not isinstance(event, dict) or not isinstance(event.get("silence_id"), str):
+            continue
+        if event.get("event") == "silence-created":
+            silences[event["silence_id"]] = {k: v for k, v in event.items() if k != "event"}
+        elif event.get("event") == "silence-expired":
+            silences.pop(event["silence_id"], None)
+    return list(silences.values())
 
 
 def fault_events(event: Any) -> list[dict[str, Any]]:

@@ -1,11 +1,13 @@
 """The ``gameday`` experiment extension (docs/running.md), parsed into typed values."""
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.errors import InvalidInput
+from gameday.safety.alertmanager import SilenceSpec, silence_spec
 
 COVERAGE_LAYERS = ("device", "node", "container", "service", "network", "storage")
 DEFAULT_LEASE_S = 30.0
@@ -53,10 +55,12 @@ class Extension:
     slo: Slo = Slo()
     lease_s: float = DEFAULT_LEASE_S
     safeguards: tuple[SafeguardSpec, ...] = ()
+    silence: SilenceSpec | None = None  # an Alertmanager silence held during the run
     present: bool = False
 
 
-_KNOWN_KEYS = {"name", "target", "coverage", "blast_radius", "slo", "lease_s", "safeguards"}
+_KNOWN_KEYS = {"name", "target", "coverage", "blast_radius", "slo", "lease_s", "safeguards",
+               "silence"}
 
 
 def _number(value: Any, path: str, *, minimum: float, integer: bool = False) -> float:
@@ -139,6 +143,8 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
                 rpo_steps=optional_int(slo, "rpo_steps", f"{base}.slo")),
         lease_s=_number(raw.get("lease_s", DEFAULT_LEASE_S), f"{base}.lease_s", minimum=1),
         safeguards=_safeguards(raw.get("safeguards", []), f"{base}.safeguards"),
+        silence=None if raw.get("silence") is None else silence_spec(
+            raw["silence"], f"{base}.silence", environ=os.environ),
         present=True,
     )
 

@@ -150,9 +150,11 @@ ShowRun = Callable[[RunOutcome, TextIO], None]
 
 
 def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = None,
-         journal_dir: Path | None = None, lab_dir: Path | None = None) -> PlaybookRun:
+         journal_dir: Path | None = None, lab_dir: Path | None = None,
+         on_summary: Callable[[JournalSummary], None] | None = None) -> PlaybookRun:
     """Run a loaded playbook with live progress on ``console``; return what happened (the
-    record is written too)."""
+    record is written too). ``on_summary`` is given each experiment's journal summary as
+    soon as it ran."""
     stamp = _stamp()
     directory = (journal_dir or paths.journals_dir() / f"{stamp}-{playbook.slug}").absolute()
     planned = playbook.plan()
@@ -188,6 +190,8 @@ def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = Non
                 lines.start(f"{entry.planned.name} ({position + 1}/{len(planned)})")
                 _run_one(entry, playbook, directory, position, lab.lab_dir, lines, stamp,
                          show_run)
+                if on_summary is not None and entry.summary is not None:
+                    on_summary(entry.summary)
                 progress.advance(overall)
                 if entry.outcome == "interrupted":
                     result.interrupted_exit = entry.exit_code

@@ -68,6 +68,11 @@ class JournalSummary:
             return "lab (virtual)"
         where = self.target_source or self.host
         return f"{self.target} {where}".strip()
+    faults_injected: int = 0
+    recover_s: float | None = None  # detection to recovery (else RTO minus detection)
+    rpo_records: float | None = None  # records (messages) lost, from stream offsets
+    hash_match: bool | None = None  # every prediction-hash comparison matched
+    slo_s: dict[str, float] = field(default_factory=dict)  # objective -> bound in seconds
 
     @property
     def scenario(self) -> str:
@@ -116,7 +121,11 @@ def _worst(current: float | None, value: float | None) -> float | None:
 # measurement key -> summary field; rpo.checkpoint_loss reports lost_s / lost_steps
 _MEASURES = (("rto_s", "rto_s"), ("rpo_s", "rpo_s"), ("lost_s", "rpo_s"),
              ("rpo_steps", "rpo_steps"), ("lost_steps", "rpo_steps"),
-             ("time_to_detect_s", "detect_s"), ("time_to_reshard_s", "reshard_s"))
+             ("time_to_detect_s", "detect_s"), ("time_to_reshard_s", "reshard_s"),
+             ("time_to_recover_s", "recover_s"))
+# measurement key -> objective of gameday_slo_seconds
+_SLO_KEYS = (("detect_slo_s", "detect"), ("reshard_slo_s", "reshard"),
+             ("recover_slo_s", "recover"))
 
 
 def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> JournalSummary:
@@ -144,7 +153,7 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         rto_slo_s=_number((extension.get("slo") or {}).get("rto_s")),
         injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})),
         target=str(gd.get("target") or "none"), target_source=str(gd.get("target_source") or ""),
-        host=str((gd.get("environment") or {}).get("host") or ""))
+        host=str((gd.get("environment") or {}).get("host") or ""), faults_injected=len(faults))
     for result in gd.get("verifiers") or []:
         measurement = result.get("measurement") or {}
         summary.verifiers.append(VerifierLine(
@@ -157,7 +166,30 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
                                                    _number(measurement[key])))
         if "rto_s" in measurement and measurement.get("slo_s") is not None:
             summary.rto_slo_s = _number(measurement["slo_s"])
+        _more_facts(summary, str(result.get("verifier") or ""), measurement,
+                    result.get("passed"))
+    if summary.recover_s is None and summary.rto_s is not None and summary.detect_s is not None:
+        summary.recover_s = round(max(0.0, summary.rto_s - summary.detect_s), 3)
+    if summary.rto_slo_s is not None:
+        summary.slo_s.setdefault("rto", summary.rto_slo_s)
     return summary
+
+
+def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, Any],
+                passed: Any) -> None:
+    """The facts the metrics of results add: records lost, hash matches, SLO bounds."""
+    if verifier == "rpo.stream_loss" and "lost" in measurement:
+        summary.rpo_records = _worst(summary.rpo_records, _number(measurement["lost"]))
+    if verifier.startswith("prediction_hash.") and passed is not None:
+        matched = measurement.get("matched") is True and passed is True
+        summary.hash_match = matched if summary.hash_match is None else (
+            summary.hash_match and matched)
+    if verifier.startswith("rpo.") and _number(measurement.get("slo_s")) is not None:
+        summary.slo_s["rpo"] = float(measurement["slo_s"])
+    for key, objective in _SLO_KEYS:
+        bound = _number(measurement.get(key))
+        if bound is not None:
+            summary.slo_s[objective] = bound
 
 
 def read_journal(path: Path) -> tuple[dict[str, Any], JournalSummary]:

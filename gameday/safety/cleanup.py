@@ -35,7 +35,12 @@ faults are still held.
    exists reverts them itself when the lease expires; a node that does not exist holds
    no cordon or taint.
 
-Faults of a run that is still alive (it holds its target locks) are left alone unless
+4. Alertmanager silences the ledger records as created and never expired
+   (``silence-created`` without ``silence-expired``) are expired, and a
+   ``silence-expired`` event is appended. One that cannot be reached but whose end time
+   has passed has ended by itself and is recorded so; one that has not fails.
+
+Faults (and silences) of a run that is still alive (it holds its target locks) are left alone unless
 ``--force`` is given. One line per fault; the exit code is 0 when nothing is left that
 cleanup is responsible for and could not revert, else 1.
 """
@@ -49,8 +54,9 @@ from typing import Any, TextIO
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.agent_client import AgentClient
-from gameday.errors import AgentError, GamedayError
-from gameday.evidence.ledger import FaultEntry, append_event, read_ledger
+from gameday.errors import AgentError, GamedayError, ObservabilityError
+from gameday.evidence.ledger import FaultEntry, append_event, read_ledger, read_silences
+from gameday.safety.alertmanager import AlertmanagerClient
 from gameday.safety.locks import runs_holding_locks
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import read_lab_document
@@ -308,7 +314,33 @@ def cleanup(ledger_path: Path, *, lab_dir: Path | None, config: TargetConfig,
     if all_agents:
         report.failed.extend(f"FAILED to reach {problem}" for problem in problems)
         _sweep_agents(clients.items(), live_ids, report, clock)
+    _expire_silences(ledger_path, live, report, clock)
     return report
+
+
+def _expire_silences(ledger_path: Path, live: Mapping[str, Any], report: CleanupReport,
+                     clock: Clock) -> None:
+    for silence in read_silences(ledger_path):
+        run_id, silence_id = str(silence.get("run", "")), str(silence["silence_id"])
+        url = str(silence.get("alertmanager", ""))
+        what = f"silence {silence_id} in {url} (run {run_id})"
+        if run_id in live:
+            report.skipped.append(f"skipped (run still alive: {live[run_id].describe()}): "
+                                  f"{what}")
+            continue
+        client = AlertmanagerClient(url)
+        try:
+            how = "expired" if client.expire(silence_id) else "already expired"
+        except ObservabilityError as exc:
+            if float(silence.get("ends_at") or 0) > clock.now():
+                report.failed.append(f"FAILED to expire {what}: {exc}")
+                continue
+            how = "ended by itself (its end time passed)"
+        finally:
+            client.close()
+        append_event(ledger_path, "silence-expired", run_id,
+                     {"silence_id": silence_id, "expired_at": clock.now(), "reason": "cleanup"})
+        report.reverted.append(f"{how}: {what}")
 
 
 def _sweep_agents(clients: Iterable[tuple[str, AgentClient]], live_ids: set[str],

@@ -1,0 +1,77 @@
+"""The agent's fault windows: ``gameday_fault_active{kind,target,layer,run}`` reads 1 while
+a fault is held and 0 after, however it ends (revert, batch, lease expiry)."""
+
+import pathlib
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gameday.agent.backend import FaultRequest
+from gameday.agent.metrics import AgentMetrics
+from gameday.agent.protocol import parse_inject
+from gameday.agent.registry import FaultRegistry
+from gameday.clock import FakeClock
+from gameday.errors import InvalidInput
+from tests.agent.agent_marker import KIND, MarkerBackend
+
+
+def windows(registry: FaultRegistry) -> dict[tuple[str, ...], float]:
+    text = registry.metrics.render().decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "gameday_fault_active"]
+    return {(s.labels["kind"], s.labels["target"], s.labels["layer"], s.labels["run"]): s.value
+            for s in family.samples}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=1_000.0)
+
+
+@pytest.fixture
+def registry(tmp_path: pathlib.Path, clock: FakeClock) -> FaultRegistry:
+    return FaultRegistry(MarkerBackend(tmp_path / "markers"),
+                         state_path=tmp_path / "state.json", node="n1", clock=clock)
+
+
+def test_a_held_fault_reads_one_then_zero_after_its_revert(registry: FaultRegistry) -> None:
+    fault = registry.apply(FaultRequest(KIND, {"gpu": 0}, {}, run="run-a"), 30)
+    layer = fault.injected_at
+    assert windows(registry) == {(KIND, "n1:gpu=0", layer, "run-a"): 1.0}
+    registry.revert(fault.id)
+    assert windows(registry) == {(KIND, "n1:gpu=0", layer, "run-a"): 0.0}
+
+
+def test_a_batch_and_an_expired_lease_close_their_windows(registry: FaultRegistry,
+                                                          clock: FakeClock) -> None:
+    faults = registry.apply_many([(FaultRequest(KIND, {"gpu": 1}, {}, run="run-b"), 5),
+                                  (FaultRequest(KIND, {"gpu": 2}, {}, run="run-b"), 60)])
+    layer = faults[0].injected_at
+    assert set(windows(registry).values()) == {1.0}
+    clock.advance(6)
+    registry.reap()
+    assert windows(registry) == {(KIND, "n1:gpu=1", layer, "run-b"): 0.0,
+                                 (KIND, "n1:gpu=2", layer, "run-b"): 1.0}
+    registry.close()
+    assert set(windows(registry).values()) == {0.0}
+
+
+def test_only_the_last_ended_windows_are_kept() -> None:
+    metrics = AgentMetrics()
+    for index in range(AgentMetrics.ENDED_KEPT + 5):
+        metrics.held(f"f{index}", KIND, {"gpu": index}, "virtual", "run-c")
+        metrics.released(f"f{index}")
+    text = metrics.render().decode()
+    [family] = [f for f in text_string_to_metric_families(text)
+                if f.name == "gameday_fault_active"]
+    targets = {s.labels["target"] for s in family.samples}
+    assert len(targets) == AgentMetrics.ENDED_KEPT
+    assert "gpu=0" not in targets and f"gpu={AgentMetrics.ENDED_KEPT + 4}" in targets
+
+
+def test_the_inject_body_names_its_run() -> None:
+    request, _ = parse_inject({"kind": KIND, "target": {"gpu": 0}, "lease_s": 5, "run": "r"})
+    assert request.run == "r"
+    bare, _ = parse_inject({"kind": KIND, "target": {"gpu": 0}, "lease_s": 5})
+    assert bare.run == ""
+    with pytest.raises(InvalidInput, match="run must be a string"):
+        parse_inject({"kind": KIND, "target": {"gpu": 0}, "lease_s": 5, "run": 7})

@@ -28,7 +28,7 @@ from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
-           "Resolver", "SignalFault", "check_signal_request", "compile_cmdline",
+           "Resolver", "SignalFault", "check_signal_request", "command_line", "compile_cmdline",
            "find_processes", "process_ref", "process_state", "refusal", "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
@@ -91,7 +91,8 @@ def process_state(pid: int) -> str | None:
     return stat[1][0] if stat is not None else None
 
 
-def _cmdline(pid: int) -> list[str]:
+def command_line(pid: int) -> list[str]:
+    """The argv of ``pid`` (empty when gone or a kernel thread)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -121,7 +122,7 @@ def refusal(pid: int) -> str | None:
         return f"pid {pid} is init"
     if group == me:
         return f"pid {pid} is a thread of this agent"
-    argv = _cmdline(group)
+    argv = command_line(group)
     if any(_FAULTFS_MODULE in part for part in argv):
         return f"pid {pid} is a fault filesystem"
     ref = process_ref(group)
@@ -197,7 +198,7 @@ def find_processes(*, name: str | None = None, cmdline: str | None = None) -> li
         ref = process_ref(pid)
         if ref is None:
             continue
-        argv = _cmdline(pid)
+        argv = command_line(pid)
         if name is not None and name not in (ref.name, Path(argv[0]).name if argv else ""):
             continue
         if pattern is not None and not pattern.search(" ".join(argv)):

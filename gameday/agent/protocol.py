@@ -82,13 +82,16 @@ _BODY_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def decode_body(raw: bytes) -> Any:
-    """Decode a JSON request body (UTF-8; ``NaN``/``Infinity`` refused)."""
+    """Decode a JSON request body (UTF-8; ``NaN``/``Infinity`` and nesting deeper than
+    the interpreter's recursion limit refused)."""
     try:
         text = raw.decode("utf-8")
         if text.startswith("\ufeff"):  # as json.loads
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)",
                                        text, 0)
         return _BODY_DECODER.decode(text)
+    except RecursionError:
+        raise InvalidInput("body is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         # json.JSONDecodeError is a ValueError; keep only its first line.
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -54,6 +54,9 @@ __all__ = [
     "FaultConflict",
     "FaultGone",
     "FaultRegistry",
+    "LimitReached",
+    "Limits",
+    "PolicyRefused",
     "RevertFailed",
     "UnknownFault",
 ]
@@ -88,6 +91,44 @@ class FaultGone(GamedayError):
 
 class RevertFailed(GamedayError):
     """The backend failed to revert a fault; the agent keeps retrying (``500``)."""
+
+
+class PolicyRefused(FaultRejected):
+    """The agent's policy does not allow this fault, target or lease (``403``)."""
+
+
+class LimitReached(GamedayError):
+    """The agent holds as many active faults as its policy allows (``429``)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps the registry enforces for every backend: the fault kinds allowed (None: any
+    the backend has), the longest lease, the longest total lifetime of a fault across
+    its renewals, and the most faults active at once."""
+
+    kinds: frozenset[str] | None = None
+    lease_max_s: float = 3600.0
+    lifetime_max_s: float = 4 * 3600.0
+    max_active: int = 1024
+    source: str = "the agent's defaults"
+
+    def check(self, kind: str, lease_s: float) -> None:
+        """:class:`PolicyRefused` for a kind not allowed or a lease over the cap."""
+        if self.kinds is not None and kind not in self.kinds:
+            raise PolicyRefused(f"{kind} is not allowed by {self.source} (allowed: "
+                                f"{', '.join(sorted(self.kinds)) or 'none'})")
+        if lease_s > self.lease_max_s:
+            raise PolicyRefused(f"lease_s {lease_s:g} is over {self.lease_max_s:g} s, the "
+                                f"longest {self.source} allows")
+
+    def check_renewal(self, fault: Fault, expires_at: float) -> None:
+        """:class:`PolicyRefused` when renewing ``fault`` to ``expires_at`` would hold
+        it longer than :attr:`lifetime_max_s` since it was applied."""
+        if expires_at - fault.applied_at > self.lifetime_max_s:
+            raise PolicyRefused(f"fault {fault.id}: a renewal would hold it over "
+                                f"{self.lifetime_max_s:g} s in all, the most {self.source} "
+                                f"allows; inject it again")
 
 
 class AgentClosing(GamedayError):
@@ -129,8 +170,10 @@ class FaultRegistry:
 
     def __init__(self, backend: Backend, *, state_path: pathlib.Path, node: str,
                  clock: Clock = SYSTEM_CLOCK, metrics: AgentMetrics | None = None,
-                 history_size: int = 200, settle_timeout_s: float = 30.0) -> None:
+                 history_size: int = 200, settle_timeout_s: float = 30.0,
+                 limits: Limits | None = None) -> None:
         self.backend = backend
+        self.limits = limits if limits is not None else Limits()
         self.node = node
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self._clock = clock
@@ -194,10 +237,12 @@ class FaultRegistry:
             raise InvalidInput(
                 f"unknown fault kind {request.kind!r}; backend {self.backend.name} on node "
                 f"{self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
+        self.limits.check(request.kind, lease_s)
         target = dict(request.target)
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self._check_room(1)
             other = first_holder((e.fault for e in self._live.values()), request.kind, target)
             if other is not None:
                 raise FaultConflict(
@@ -258,12 +303,17 @@ class FaultRegistry:
                     raise InvalidInput(
                         f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
                         f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
-            except InvalidInput as exc:
+                self.limits.check(request.kind, lease_s)
+            except (InvalidInput, PolicyRefused) as exc:
                 raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
         faults = new_faults(checked, kinds, self._clock.now())
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            try:
+                self._check_room(len(faults))
+            except LimitReached as exc:
+                raise BatchRejected(0, exc, rolled_back=[], revert_failed=[]) from None
             holders = TargetIndex(e.fault for e in self._live.values())
             for index, fault in enumerate(faults):
                 same = holders.add(fault)
@@ -365,6 +415,12 @@ class FaultRegistry:
                     results.append(_gone(self._history[fault_id]))
                 elif entry.fault.expires_at > now:
                     new_lease = entry.fault.lease_s if lease_s is None else lease_s
+                    try:
+                        self.limits.check(entry.fault.kind, new_lease)
+                        self.limits.check_renewal(entry.fault, now + new_lease)
+                    except PolicyRefused as exc:
+                        results.append(exc)
+                        continue
                     entry.fault = dataclasses.replace(
                         entry.fault, lease_s=new_lease, expires_at=now + new_lease)
                     results.append(entry.fault)
@@ -399,6 +455,8 @@ class FaultRegistry:
                 now = self._clock.now()
                 if entry.fault.expires_at > now:
                     new_lease = entry.fault.lease_s if lease_s is None else lease_s
+                    self.limits.check(entry.fault.kind, new_lease)
+                    self.limits.check_renewal(entry.fault, now + new_lease)
                     entry.fault = dataclasses.replace(
                         entry.fault, lease_s=new_lease, expires_at=now + new_lease)
                     self._save(strict=False)
@@ -412,6 +470,13 @@ class FaultRegistry:
         raise FaultGone(
             f"fault {fault_id} was reverted at {gone.reverted_at} ({gone.revert_reason}); "
             "inject it again", fault=gone)
+
+    def _check_room(self, count: int) -> None:
+        """:class:`LimitReached` unless ``count`` more faults fit under the cap (called
+        with the lock held)."""
+        if len(self._live) + count > self.limits.max_active:
+            raise LimitReached(f"node {self.node} holds {len(self._live)} faults; "
+                               f"{self.limits.source} allows {self.limits.max_active} at once")
 
     def revert(self, fault_id: str, reason: RevertReason = "requested") -> Fault:
         """Revert a fault (idempotent: a reverted fault is returned as it was reverted).

@@ -2,11 +2,20 @@
 
 ::
 
-    gameday agent serve [--backend virtual|MODULE:FACTORY] [--listen HOST:PORT]
+    gameday agent serve [--backend virtual|host|MODULE:FACTORY] [--listen HOST:PORT]
                         [--token-file F] [--state-dir D] [--node NAME]
+                        [--tls-cert F --tls-key F [--tls-client-ca F]]
+                        [--insecure-plaintext] [--policy FILE] [--audit-log F]
                         [--reconcile-kubernetes]
+    gameday agent policy --check FILE
 
-The token comes from ``--token-file`` or else ``$GAMEDAY_AGENT_TOKEN``. The backend is
+The tokens come from ``--token-file`` (one a line, re-read when the file changes; the
+file must be mode 0600) or else ``$GAMEDAY_AGENT_TOKEN``; a weak token (under 256 bits,
+:mod:`gameday.agent.tokens`) is refused. A non-loopback ``--listen`` needs TLS
+(``--tls-cert``/``--tls-key``; ``--tls-client-ca`` for mutual TLS) unless
+``--insecure-plaintext`` says otherwise. ``--policy`` is enforced by the agent
+(:mod:`gameday.agent.policy`; the host backend refuses every target without one).
+Every request is recorded in ``--audit-log`` (default ``D/audit-NAME.jsonl``). The backend is
 a name from :data:`BACKENDS` or a ``module:callable`` spec; the callable is called as
 ``factory(node=NAME)`` and returns a :class:`gameday.agent.backend.Backend`. Active
 faults are saved in ``D/agent-NAME.json``. Once serving, one line
@@ -17,6 +26,7 @@ one line on stderr and exit 2.
 
 import argparse
 import importlib
+import ipaddress
 import os
 import pathlib
 import re
@@ -30,12 +40,16 @@ from typing import Final, cast
 
 import structlog
 
+from gameday.agent.audit import AuditTrail
 from gameday.agent.backend import Backend
+from gameday.agent.policy import Policy, load_policy
 from gameday.agent.reconcile import reconciler_for
 from gameday.agent.server import AgentServer
+from gameday.agent.tls import ServerTLS
+from gameday.agent.tokens import TokenSet, check_token
 from gameday.errors import GamedayError, InvalidInput
 
-__all__ = ["BACKENDS", "TOKEN_ENV", "load_backend", "main", "parse_listen"]
+__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen"]
 
 #: Backend names accepted by ``--backend``, each a ``module:callable`` spec (imported
 #: only when chosen). Add yours here or pass the spec itself.
@@ -90,20 +104,48 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
-def _read_token(token_file: str | None) -> str:
+def _read_tokens(token_file: str | None) -> TokenSet:
     if token_file is not None:
-        try:
-            token = pathlib.Path(token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise InvalidInput(f"--token-file {token_file}: cannot read it "
-                               f"({exc.strerror or exc})") from None
-        if not token:
-            raise InvalidInput(f"--token-file {token_file} is empty; put the agent token in it")
-        return token
+        return TokenSet(path=pathlib.Path(token_file))
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         raise InvalidInput(f"no agent token: pass --token-file F or set {TOKEN_ENV}")
-    return token
+    return TokenSet([check_token(token, f"${TOKEN_ENV}")])
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _tls(args: argparse.Namespace, host: str) -> ServerTLS | None:
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise InvalidInput("--tls-cert and --tls-key go together")
+        ca = pathlib.Path(args.tls_client_ca) if args.tls_client_ca else None
+        return ServerTLS(pathlib.Path(args.tls_cert), pathlib.Path(args.tls_key), ca)
+    if args.tls_client_ca:
+        raise InvalidInput("--tls-client-ca needs --tls-cert and --tls-key")
+    if not _loopback(host) and not args.insecure_plaintext:
+        raise InvalidInput(f"--listen {args.listen} is not loopback: give --tls-cert and "
+                           f"--tls-key (and --tls-client-ca), or --insecure-plaintext")
+    return None
+
+
+def _policy(args: argparse.Namespace, backend: Backend,
+            protected: list[pathlib.Path]) -> Policy | None:
+    policy = load_policy(pathlib.Path(args.policy)) if args.policy else None
+    if policy is None:
+        return None
+    policy = policy.protecting(protected)
+    use = getattr(backend, "use_policy", None)
+    if callable(use):
+        use(policy)
+    return policy
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,10 +164,42 @@ def _parser() -> argparse.ArgumentParser:
                         help="where active faults are saved (default: .gameday/agent)")
     parser.add_argument("--node", default=socket.gethostname(), metavar="NAME",
                         help="node name reported by the agent (default: the host name)")
+    parser.add_argument("--tls-cert", metavar="F", help="PEM certificate (chain) to serve")
+    parser.add_argument("--tls-key", metavar="F", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-client-ca", metavar="F",
+                        help="PEM CA bundle: clients must present a certificate it signed")
+    parser.add_argument("--insecure-plaintext", action="store_true",
+                        help="serve plain HTTP on a non-loopback address (tokens then "
+                             "cross the network in cleartext)")
+    parser.add_argument("--policy", metavar="FILE",
+                        help="what this agent may do (docs/agent-api.md, 'Policy')")
+    parser.add_argument("--audit-log", metavar="F",
+                        help="append-only JSON-lines audit trail (default: "
+                             "D/audit-NAME.jsonl)")
     parser.add_argument("--reconcile-kubernetes", action="store_true",
                         help="also undo expired gameday marks (cordon, taint) on this node "
                              "through the Kubernetes API (gameday/agent/reconcile.py)")
     return parser
+
+
+def check_policy(argv: Sequence[str]) -> int:
+    """``gameday agent policy --check FILE``: 0 and a summary when the policy is valid,
+    2 and one line naming what is wrong otherwise."""
+    parser = argparse.ArgumentParser(prog="gameday agent policy",
+                                     description="Check an agent policy file.")
+    parser.add_argument("--check", metavar="FILE", required=True)
+    args = parser.parse_args(argv)
+    try:
+        policy = load_policy(pathlib.Path(args.check))
+    except GamedayError as exc:
+        print(f"gameday agent policy: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.check}: valid; kinds {', '.join(sorted(policy.kinds)) or 'none'}; "
+          f"paths {', '.join(policy.paths) or 'none'}; interfaces "
+          f"{', '.join(sorted(policy.interfaces)) or 'none'}; lease <= {policy.lease_max_s:g} s, "
+          f"lifetime <= {policy.lifetime_max_s:g} s, <= {policy.max_active} active, "
+          f"<= {policy.max_processes} processes")
+    return 0
 
 
 def _configure_logging() -> None:
@@ -142,18 +216,30 @@ def _configure_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the agent; returns the exit status (0 after a signal, 2 on bad input)."""
+    """Run the agent (or, as ``policy --check FILE``, check a policy); returns the exit
+    status (0 after a signal, 2 on bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["policy"]:
+        return check_policy(argv[1:])
     args = _parser().parse_args(argv)
     _configure_logging()
     try:
-        token = _read_token(args.token_file)
+        tokens = _read_tokens(args.token_file)
         host, port = parse_listen(args.listen)
+        tls = _tls(args, host)
         backend = load_backend(args.backend, args.node)
         reconciler = reconciler_for(args.node) if args.reconcile_kubernetes else None
         safe_node = re.sub(r"[^A-Za-z0-9._-]", "_", args.node)
         state_path = pathlib.Path(args.state_dir) / f"agent-{safe_node}.json"
-        server = AgentServer(backend, token=token, state_path=state_path, node=args.node,
-                             host=host, port=port)
+        audit_path = pathlib.Path(args.audit_log or
+                                  pathlib.Path(args.state_dir) / f"audit-{safe_node}.jsonl")
+        protected = [pathlib.Path(args.state_dir), audit_path.parent,
+                     *([pathlib.Path(args.token_file).parent] if args.token_file else []),
+                     *[pathlib.Path(f).parent for f in (args.tls_cert, args.tls_key) if f]]
+        policy = _policy(args, backend, protected)
+        server = AgentServer(backend, token=tokens, state_path=state_path, node=args.node,
+                             host=host, port=port, tls=tls, audit=AuditTrail(audit_path),
+                             limits=policy.limits() if policy is not None else None)
     except GamedayError as exc:
         print(f"gameday agent serve: {exc}", file=sys.stderr)
         return 2

@@ -4,10 +4,18 @@
 port even for ``port=0``), serves on a background thread with the stdlib
 ``ThreadingHTTPServer`` once started, and runs a lease reaper thread next to it. The
 API is ``docs/agent-api.md``.
+
+Bounded work: at most ``max_connections`` connections are served at once and at most
+``per_source`` from one address (more are answered ``503`` by the accepting thread,
+which never reads from a client); a TLS handshake, a request head and a request body
+each must arrive within :data:`REQUEST_DEADLINE_S`; the lease reaper is a thread of its
+own that no request holds up. With :class:`gameday.agent.tls.ServerTLS` it speaks TLS
+1.3 only (mutual TLS when the TLS has a client CA); with an
+:class:`gameday.agent.audit.AuditTrail` every request that reached the handler is
+recorded before it is answered.
 """
 
 import contextlib
-import hmac
 import io
 import json
 import os
@@ -15,7 +23,10 @@ import pathlib
 import re
 import selectors
 import socket
+import ssl
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +37,7 @@ import structlog
 
 from gameday.agent import openapi
 from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
+from gameday.agent.audit import AuditTrail
 from gameday.agent.backend import Backend
 from gameday.agent.fault import strict_json
 from gameday.agent.httphead import BadRequestHead, read_request_head
@@ -51,9 +63,14 @@ from gameday.agent.registry import (
     FaultConflict,
     FaultGone,
     FaultRegistry,
+    LimitReached,
+    Limits,
+    PolicyRefused,
     RevertFailed,
     UnknownFault,
 )
+from gameday.agent.tls import ServerTLS, peer_identity
+from gameday.agent.tokens import TokenSet
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import FaultRejected, GamedayError, InvalidInput
 
@@ -63,9 +80,13 @@ _log = structlog.get_logger("gameday.agent")
 
 #: Seconds an idle keep-alive connection is kept open by the server.
 IDLE_CONNECTION_S: Final = 60.0
+#: Seconds a TLS handshake, a request head (from its first byte) or a body may take.
+REQUEST_DEADLINE_S: Final = 10.0
+#: Connections served at once, and from one source address.
+MAX_CONNECTIONS: Final = 64
+PER_SOURCE_CONNECTIONS: Final = 16
 
 _PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics", "/openapi.json"})
-_TOKEN_CHARS: Final = re.compile(r"[\x21-\x7e]+")
 _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
                                  "/v1/faults:batch-renew"})
 
@@ -134,31 +155,37 @@ def _faults_reply(status: int, faults: list[Fault], failed: list[dict[str, Any]]
 
 
 class AgentServer:
-    """One node's agent: ``backend`` behind the agent API, guarded by ``token``.
+    """One node's agent: ``backend`` behind the agent API, guarded by ``token`` (one
+    token, not checked for strength, or a :class:`TokenSet`).
 
     Active faults are saved in ``state_path``; leftovers from a previous run are
     reverted when the server is created (reason ``agent-restart``). ``reap_interval_s``
-    is how often the lease reaper looks for expired leases.
+    is how often the lease reaper looks for expired leases. ``tls``: serve https (TLS
+    1.3); ``audit``: record every request; ``limits``: the registry's caps (a policy's).
     """
 
-    def __init__(self, backend: Backend, *, token: str, state_path: pathlib.Path, node: str,
-                 host: str = "127.0.0.1", port: int = 0, clock: Clock = SYSTEM_CLOCK,
-                 reap_interval_s: float = 0.05) -> None:
-        if not _TOKEN_CHARS.fullmatch(token):
-            raise InvalidInput("agent token must be non-empty printable ASCII without spaces")
+    def __init__(self, backend: Backend, *, token: str | TokenSet, state_path: pathlib.Path,
+                 node: str, host: str = "127.0.0.1", port: int = 0,
+                 clock: Clock = SYSTEM_CLOCK, reap_interval_s: float = 0.05,
+                 tls: ServerTLS | None = None, audit: AuditTrail | None = None,
+                 limits: Limits | None = None, max_connections: int = MAX_CONNECTIONS,
+                 per_source: int = PER_SOURCE_CONNECTIONS) -> None:
+        self._tokens = token if isinstance(token, TokenSet) else TokenSet([token], strict=False)
         self.backend = backend
         self.node = node
+        self.tls = tls
+        self.audit = audit
         self.metrics = AgentMetrics()
         self.registry = FaultRegistry(backend, state_path=state_path, node=node, clock=clock,
-                                      metrics=self.metrics)
-        self._token = token.encode("ascii")
+                                      metrics=self.metrics, limits=limits)
         self._reap_interval_s = reap_interval_s
-        self._httpd = _AgentHTTPServer(host, port, self)
+        self._httpd = _AgentHTTPServer(host, port, self, max_connections=max_connections,
+                                       per_source=per_source)
         bound_host, bound_port = self._httpd.server_address[:2]
         if isinstance(bound_host, bytes):
             bound_host = bound_host.decode()
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        self.url = f"http://{shown}:{bound_port}"
+        self.url = f"{'https' if tls is not None else 'http'}://{shown}:{bound_port}"
         self._stopping = threading.Event()
         self._stop_lock = threading.Lock()
         self._serve_thread: threading.Thread | None = None
@@ -226,16 +253,16 @@ class AgentServer:
 
     # -- requests --------------------------------------------------------------------
 
-    def authorized(self, header: str | None) -> bool:
-        """Whether an ``Authorization`` header carries this agent's bearer token
+    def authorized(self, header: str | None) -> str | None:
+        """The identity of the bearer token an ``Authorization`` header carries (see
+        :meth:`TokenSet.match`), or None when it carries none of this agent's tokens
         (compared in constant time)."""
         if not header:
-            return False
+            return None
         scheme, _, credential = header.strip().partition(" ")
         if scheme.lower() != "bearer":
-            return False
-        given = credential.strip().encode("latin-1", "replace")
-        return hmac.compare_digest(given, self._token)
+            return None
+        return self._tokens.match(credential.strip().encode("latin-1", "replace"))
 
     def handle(self, request: _Request) -> _Reply:
         """Answer one authorised request (the HTTP handler already checked the token)."""
@@ -244,6 +271,10 @@ class AgentServer:
             return route(self, request, *params)
         except _HTTPFailure:
             raise
+        except PolicyRefused as exc:
+            raise _HTTPFailure(403, str(exc)) from None
+        except LimitReached as exc:
+            raise _HTTPFailure(429, str(exc)) from None
         except (InvalidInput, FaultRejected) as exc:
             raise _HTTPFailure(400, str(exc)) from None
         except UnknownFault as exc:
@@ -318,6 +349,10 @@ class AgentServer:
 
 def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """The status (and extra answer fields) an error of one fault maps to."""
+    if isinstance(exc, PolicyRefused):
+        return 403, {}
+    if isinstance(exc, LimitReached):
+        return 429, {}
     if isinstance(exc, InvalidInput | FaultRejected):
         return 400, {}
     if isinstance(exc, UnknownFault):
@@ -386,6 +421,51 @@ def _id_route(path: str) -> tuple[dict[str, _Route], tuple[str, ...]]:
     raise _HTTPFailure(404, f"no such endpoint {path}")
 
 
+#: What a connection over the caps gets (plain HTTP only: no handshake is done for it).
+_BUSY_ANSWER: Final = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 46\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+                       b'{"error":"agent busy: too many connections"}\n')
+
+
+class _Deadlines:
+    """One thread that shuts a connection whose deadline passed (a slow head or body):
+    its handler's read then ends at once, whatever the client sends."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: dict[int, tuple[float, socket.socket]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: socket.socket, seconds: float) -> int:
+        with self._cond:
+            self._next += 1
+            self._armed[self._next] = (time.monotonic() + seconds, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="agent-deadlines",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return self._next
+
+    def disarm(self, handle: int) -> None:
+        with self._cond:
+            self._armed.pop(handle, None)
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                late = [h for h, (at, _) in self._armed.items() if at <= now]
+                conns = [self._armed.pop(h)[1] for h in late]
+                wait = min((at for at, _ in self._armed.values()), default=now + 60) - now
+                if not conns:
+                    self._cond.wait(max(wait, 0.01))
+            for conn in conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
+
 class _AgentHTTPServer(ThreadingHTTPServer):
     """Tracks its open connections so that stopping closes kept-alive ones too; waits
     for connections without polling (an idle agent does not wake up)."""
@@ -393,10 +473,16 @@ class _AgentHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, host: str, port: int, agent: AgentServer) -> None:
+    def __init__(self, host: str, port: int, agent: AgentServer, *, max_connections: int,
+                 per_source: int) -> None:
         self.agent = agent
-        self._connections: set[socket.socket] = set()
+        self._connections: dict[socket.socket, str] = {}  # each served one: its source
+        self._wrapped: dict[socket.socket, socket.socket] = {}  # its TLS socket, for https
         self._connections_lock = threading.Lock()
+        self._max_connections = max_connections
+        self._per_source = per_source
+        self._sources: Counter[str] = Counter()
+        self.deadlines = _Deadlines()
         self._wake_r, self._wake_w = os.pipe()  # shutdown() wakes serve_forever() with it
         os.set_blocking(self._wake_r, False)
         self._stop_serving = False
@@ -451,19 +537,65 @@ class _AgentHTTPServer(ThreadingHTTPServer):
                 os.close(fd)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread of its own, unless :data:`MAX_CONNECTIONS`
+        are served already or its source has its share: then ``503`` at once (one
+        non-blocking write) and closed."""
+        source = str(client_address[0])
         with self._connections_lock:
-            self._connections.add(request)
+            busy = (len(self._connections) >= self._max_connections
+                    or self._sources[source] >= self._per_source)
+            if not busy:
+                self._connections[request] = source
+                self._sources[source] += 1
+        if busy:
+            self.agent._log.warning("agent.busy", client=source)
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                if self.agent.tls is None:
+                    request.send(_BUSY_ANSWER)
+            self.shutdown_request(request)
+            return
         super().process_request(request, client_address)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Handle the connection (after a TLS handshake within
+        :data:`REQUEST_DEADLINE_S`, for https)."""
+        tls = self.agent.tls
+        if tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            request.settimeout(REQUEST_DEADLINE_S)
+            wrapped = tls.context().wrap_socket(request, server_side=True,
+                                                do_handshake_on_connect=False)
+        except OSError:
+            return
+        with self._connections_lock:
+            self._wrapped[request] = wrapped
+        try:
+            wrapped.do_handshake()
+            super().finish_request(wrapped, client_address)
+        except (OSError, ssl.SSLError) as exc:
+            self.agent._log.debug("agent.tls_failed", client=client_address[0], error=str(exc))
+        finally:
+            with self._connections_lock:
+                self._wrapped.pop(request, None)
+            with contextlib.suppress(OSError):
+                wrapped.close()
 
     def shutdown_request(self, request: Any) -> None:
         with self._connections_lock:
-            self._connections.discard(request)
+            source = self._connections.pop(request, None)
+            if source is not None:
+                self._sources[source] -= 1
+                if self._sources[source] <= 0:
+                    del self._sources[source]
         super().shutdown_request(request)
 
     def close_connections(self) -> None:
         """Shut every open client connection (their handler threads then end)."""
         with self._connections_lock:
-            connections = list(self._connections)
+            connections = [self._wrapped.get(conn, conn) for conn in self._connections]
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -505,7 +637,11 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self.request_version = "HTTP/1.0"  # until known: errors still get a status line
         self.close_connection = True
         self._fields = {}
+        self._deadline: int | None = None
         try:
+            if not self.rfile.peek(1):  # idle (keep-alive) until the first byte
+                return
+            self._deadline = self.server.deadlines.arm(self.connection, REQUEST_DEADLINE_S)
             try:
                 head = read_request_head(self.rfile)
             except BadRequestHead as bad:
@@ -527,9 +663,16 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             else:
                 self.send_error(HTTPStatus.NOT_IMPLEMENTED,
                                 f"Unsupported method ({self.command!r})")
-        except TimeoutError as exc:
-            self.log_error("Request timed out: %r", exc)
+        except (TimeoutError, ConnectionError, ssl.SSLError) as exc:
+            self.log_error("Request timed out or broke: %r", exc)
             self.close_connection = True
+        finally:
+            self._end_deadline()
+
+    def _end_deadline(self) -> None:
+        if self._deadline is not None:
+            self.server.deadlines.disarm(self._deadline)
+            self._deadline = None
 
     def handle_expect_100(self) -> bool:
         """Answer ``100 Continue`` at once: the client waits for it to send the body."""
@@ -546,24 +689,60 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         agent = self.server.agent
         path, _, query = self.path.partition("?")
+        token: str | None = None
+        body: bytes | None = None
         try:
-            if path not in _PUBLIC_PATHS and not agent.authorized(
-                    self._fields.get("authorization")):
-                raise _HTTPFailure(401, "missing or wrong bearer token",
-                                   _headers={"WWW-Authenticate": 'Bearer realm="gameday-agent"'})
+            if path not in _PUBLIC_PATHS:
+                token = agent.authorized(self._fields.get("authorization"))
+                if token is None:
+                    raise _HTTPFailure(401, "missing or wrong bearer token", _headers={
+                        "WWW-Authenticate": 'Bearer realm="gameday-agent"'})
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
                                    else MAX_BODY_BYTES)
+            self._end_deadline()
             reply = agent.handle(_Request(self.command, path,
                                           parse_qs(query) if query else {}, body,
                                           prefers_minimal(self._fields.get("prefer"))))
         except _HTTPFailure as failure:
+            self._record(path, token, body, failure.status)
             self._send_failure(failure)
             return
         except Exception as exc:
             agent._log.exception("agent.request_failed", method=self.command, path=path)
+            self._record(path, token, body, 500)
             self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}: {exc}"))
             return
+        self._record(path, token, body, reply.status)
         self._send(reply.status, reply.body, reply.content_type, reply.headers)
+
+    def _identity(self) -> str | None:
+        """The client certificate's identity (mutual TLS), else None."""
+        if isinstance(self.connection, ssl.SSLSocket):
+            with contextlib.suppress(ValueError):
+                return peer_identity(self.connection.getpeercert())
+        return None
+
+    def _record(self, path: str, token: str | None, body: bytes | None, status: int) -> None:
+        """The request in the audit trail (but a public GET: probes) and, when it changed
+        something or was refused, in the log at INFO."""
+        agent = self.server.agent
+        if self.command == "GET" and path in _PUBLIC_PATHS:
+            return
+        identity = self._identity()
+        if agent.audit is not None:
+            decoded: object = None
+            if body:
+                with contextlib.suppress(GamedayError):
+                    decoded = decode_body(body)
+            try:
+                agent.audit.record(source=str(self.client_address[0]), identity=identity,
+                                   token=token, method=self.command, path=path,
+                                   status=status, body=decoded)
+            except OSError as exc:
+                agent._log.error("agent.audit_failed", error=str(exc))
+        if self.command != "GET" or status >= 400:
+            agent._log.info("agent.request", method=self.command, path=path, status=status,
+                            client=self.client_address[0], identity=identity, token=token)
 
     def _read_body(self, limit: int) -> bytes | None:
         if "chunked" in self._fields.get("transfer-encoding", "").lower():

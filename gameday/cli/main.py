@@ -86,8 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     add_report_commands(commands)
 
     agent = commands.add_parser("agent", help="the node agent")
-    agent_commands = agent.add_subparsers(dest="agent_command", required=True, metavar="serve")
+    agent_commands = agent.add_subparsers(dest="agent_command", required=True,
+                                          metavar="serve|policy")
     agent_commands.add_parser("serve", help="serve the agent API", add_help=False)
+    agent_commands.add_parser("policy", help="check an agent policy (--check FILE)",
+                              add_help=False)
     return parser
 
 
@@ -178,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gameday.agent.serve import main as serve_main
 
         return serve_main(arguments[2:])
+    if arguments[:2] == ["agent", "policy"]:
+        from gameday.agent.serve import check_policy
+
+        return check_policy(arguments[2:])
     args = _parser().parse_args(arguments)
     configure_logging(paths.home() / "logs" / "gameday.log")
     try:

@@ -81,13 +81,16 @@ _STALE_CONNECTION = (PeerClosed, BrokenPipeError, ConnectionResetError)
 
 
 class AgentClient:
-    """Talks to the agent at ``url`` (``http://host:port``) with bearer ``token``.
+    """Talks to the agent at ``url`` (``http://host:port`` or ``https://``) with bearer
+    ``token``; ``tls`` is the context for https (:func:`gameday.agent.tls.client_context`:
+    the agents' CA, and a client certificate for mutual TLS; default: the system's CAs).
 
     Thread-safe: requests are serialised on one persistent connection, which is
     reopened when it breaks.
     """
 
-    def __init__(self, url: str, token: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, token: str, timeout_s: float = 5.0, *,
+                 tls: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise AgentError(f"agent url {url!r} must look like http://host:port")
@@ -96,6 +99,7 @@ class AgentClient:
         self._parts = parts
         self._prefix = parts.path.rstrip("/")
         self._token = token
+        self._tls = tls
         self._lock = threading.Lock()
         self._host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
         self._sock: socket.socket | None = None
@@ -290,8 +294,12 @@ class AgentClient:
                                              self._parts.port or default), self.timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._parts.scheme == "https":
-                sock = ssl.create_default_context().wrap_socket(
-                    sock, server_hostname=self._parts.hostname)
+                context = self._tls or ssl.create_default_context()
+                try:
+                    sock = context.wrap_socket(sock, server_hostname=self._parts.hostname)
+                except BaseException:
+                    sock.close()
+                    raise
             self._sock, self._rfile = sock, sock.makefile("rb")
             self._conn_used = False
         return self._sock

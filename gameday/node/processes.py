@@ -3,12 +3,18 @@
 :class:`SignalFault` sends SIGKILL (kill: nothing to revert) or SIGSTOP (pause: revert,
 or ``duration_s`` later, sends SIGCONT) to the processes a resolver picks. Each process
 is remembered with its start time, so a revert never signals a process that reused the
-pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``).
+pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``);
+``cmdline`` patterns are matched with RE2 (linear time: no pattern can stall the agent).
+
+Every parameter and target key is checked before anything is signalled
+(:func:`check_signal_request`), and :func:`refusal` (a fixed denylist: init, the node's
+kubelet, container runtimes, sshd, journald, this agent's whole thread group and
+the fault filesystems) is asked about every process before it is.
 """
 
 import contextlib
+import math
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -16,13 +22,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import re2
+
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 
-__all__ = ["PROCESS_KINDS", "ProcessRef", "Resolver", "SignalFault", "find_processes",
-           "process_ref", "process_state"]
+__all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
+           "Resolver", "SignalFault", "check_signal_request", "command_line", "compile_cmdline",
+           "find_processes", "process_ref", "process_state", "refusal", "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
+
+#: The most processes one fault may signal (``params.max_processes``); a policy may
+#: lower it.
+MAX_PROCESSES = 64
+
+#: Longest ``cmdline`` pattern accepted, in characters.
+MAX_PATTERN_CHARS = 256
+
+#: Command names never signalled, whatever a request or a policy says.
+DENIED_NAMES = frozenset({"systemd", "init", "kubelet", "containerd", "containerd-shim",
+                          "containerd-shim-runc-v2", "dockerd", "crio", "conmon", "sshd",
+                          "systemd-journald", "systemd-udevd", "systemd-logind", "dbus-daemon"})
+
+#: A command line holding this runs one of the agent's fault filesystems.
+_FAULTFS_MODULE = "gameday.node.faultfs"
+
+_TARGET_KEYS = frozenset({"pid", "name", "cmdline"})
+_PARAM_KEYS = {"process.kill": frozenset({"max_processes"}),
+               "process.pause": frozenset({"max_processes", "duration_s"})}
 
 
 @dataclass(frozen=True)
@@ -63,7 +91,8 @@ def process_state(pid: int) -> str | None:
     return stat[1][0] if stat is not None else None
 
 
-def _cmdline(pid: int) -> list[str]:
+def command_line(pid: int) -> list[str]:
+    """The argv of ``pid`` (empty when gone or a kernel thread)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -71,10 +100,96 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
 
+def thread_group(pid: int) -> int | None:
+    """The thread-group id (the process) of ``pid``, which may be a thread's id."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def refusal(pid: int) -> str | None:
+    """Why ``pid`` must never be signalled (None: it may be): init, a thread of this
+    agent, a fault filesystem, or a name of :data:`DENIED_NAMES`."""
+    group = thread_group(pid)
+    if group is None:
+        return None  # gone: the caller finds no live process
+    me = os.getpid()
+    if pid <= 1 or group <= 1:
+        return f"pid {pid} is init"
+    if group == me:
+        return f"pid {pid} is a thread of this agent"
+    argv = command_line(group)
+    if any(_FAULTFS_MODULE in part for part in argv):
+        return f"pid {pid} is a fault filesystem"
+    ref = process_ref(group)
+    names = {ref.name if ref else "", Path(argv[0]).name if argv else ""}
+    denied = sorted(names & DENIED_NAMES)
+    if denied:
+        return f"pid {pid} is {denied[0]}, which gameday never signals"
+    return None
+
+
+def compile_cmdline(pattern: str) -> Any:
+    """``pattern`` as an RE2 expression (linear-time matching; no backreferences or
+    lookaround); :class:`FaultRejected` when it is too long or not RE2 syntax."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise FaultRejected(f"target.cmdline: at most {MAX_PATTERN_CHARS} characters, "
+                            f"got {len(pattern)}")
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        raise FaultRejected(f"target.cmdline: not an RE2 pattern ({exc})") from None
+
+
+def check_signal_request(kind: str, request: FaultRequest, *,
+                         max_processes: int = MAX_PROCESSES) -> None:
+    """Refuse (:class:`FaultRejected`) an unknown target or parameter key, a bad pid,
+    name or pattern, ``max_processes`` outside 1..``max_processes``, a bad
+    ``duration_s``: before anything is looked up or signalled."""
+    unknown = sorted(set(request.target) - _TARGET_KEYS)
+    if unknown:
+        raise FaultRejected(f"target.{unknown[0]} is unknown (known: cmdline, name, pid)")
+    unknown = sorted(set(request.params) - _PARAM_KEYS[kind])
+    if unknown:
+        raise FaultRejected(f"params.{unknown[0]} is unknown for {kind} "
+                            f"(known: {', '.join(sorted(_PARAM_KEYS[kind]))})")
+    given = [key for key in ("pid", "name", "cmdline") if key in request.target]
+    if len(given) != 1:
+        raise FaultRejected("target: needs exactly one of pid, name or cmdline")
+    value = request.target[given[0]]
+    if given[0] == "pid":
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**22:
+            raise FaultRejected(f"target.pid: must be a process id, got {value!r}")
+    elif not isinstance(value, str) or not value or "\0" in value:
+        raise FaultRejected(f"target.{given[0]}: must be a non-empty string, got {value!r}")
+    elif given[0] == "name" and len(value) > 255:
+        raise FaultRejected("target.name: at most 255 characters")
+    elif given[0] == "cmdline":
+        compile_cmdline(value)
+    limit = request.params.get("max_processes", 1)
+    if (isinstance(limit, bool) or not isinstance(limit, int)
+            or not 1 <= limit <= max_processes):
+        raise FaultRejected(f"params.max_processes must be an integer between 1 and "
+                            f"{max_processes}, got {limit!r}")
+    duration = request.params.get("duration_s")
+    if duration is not None and (isinstance(duration, bool)
+                                 or not isinstance(duration, int | float)
+                                 or not math.isfinite(duration)
+                                 or not 0.05 <= duration <= 86400):
+        raise FaultRejected(f"params.duration_s must be a number of seconds between 0.05 "
+                            f"and 86400, got {duration!r}")
+
+
 def find_processes(*, name: str | None = None, cmdline: str | None = None) -> list[int]:
     """Pids whose command name (or argv[0]'s basename) is ``name`` and/or whose command
-    line matches the regular expression ``cmdline``; never this process."""
-    pattern = re.compile(cmdline) if cmdline else None
+    line matches the RE2 pattern ``cmdline``; never this process."""
+    pattern = compile_cmdline(cmdline) if cmdline else None
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -83,7 +198,7 @@ def find_processes(*, name: str | None = None, cmdline: str | None = None) -> li
         ref = process_ref(pid)
         if ref is None:
             continue
-        argv = _cmdline(pid)
+        argv = command_line(pid)
         if name is not None and name not in (ref.name, Path(argv[0]).name if argv else ""):
             continue
         if pattern is not None and not pattern.search(" ".join(argv)):
@@ -93,6 +208,8 @@ def find_processes(*, name: str | None = None, cmdline: str | None = None) -> li
 
 
 Resolver = Callable[[Mapping[str, Any], Mapping[str, Any]], list[int]]
+#: Asked about each process before it is signalled: None, or why it must not be.
+ProcessGuard = Callable[[int], str | None]
 
 
 class SignalFault:
@@ -100,27 +217,34 @@ class SignalFault:
 
     injected_at = "process"
 
-    def __init__(self, kind: str, resolve: Resolver) -> None:
+    def __init__(self, kind: str, resolve: Resolver, *,
+                 guard: ProcessGuard | None = None,
+                 max_processes: int = MAX_PROCESSES) -> None:
         if kind not in PROCESS_KINDS:
             raise ValueError(f"not a process kind: {kind}")
         self.kind = kind
         self.resolve = resolve
+        #: A policy's own check, asked after :func:`refusal` (which is always asked).
+        self.guard = guard
+        self.max_processes = max_processes
         self._paused: dict[str, list[ProcessRef]] = {}
         self._timers: dict[str, threading.Timer] = {}
 
     def _refs(self, request: FaultRequest) -> list[ProcessRef]:
+        check_signal_request(self.kind, request, max_processes=self.max_processes)
         pids = self.resolve(request.target, request.params)
         refs = []
         for pid in pids:
-            if pid <= 1 or pid == os.getpid():
-                raise FaultRejected(f"target: refusing to signal pid {pid} (init or the agent)")
+            reason = refusal(pid) or (self.guard(pid) if self.guard is not None else None)
+            if reason is not None:
+                raise FaultRejected(f"target: refusing to signal: {reason}; nothing signalled")
             ref = process_ref(pid)
             if ref is None:
                 raise FaultRejected(f"target: no live process {pid}")
             refs.append(ref)
         if not refs:
             raise FaultRejected(f"target: {dict(request.target)} matches no process")
-        limit = int(request.params.get("max_processes") or 1)
+        limit = int(request.params.get("max_processes", 1))
         if len(refs) > limit:
             raise FaultRejected(f"target: {dict(request.target)} matches {len(refs)} processes, "
                                 f"params.max_processes is {limit}; nothing signalled")

@@ -15,7 +15,7 @@ from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
 from tests.agent.agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
 
-TOKEN = "process-token-42"
+TOKEN = "42" + "0123456789abcdef" * 4  # strong: 66 hex digits
 
 
 @pytest.fixture
@@ -24,6 +24,7 @@ def dirs(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
     markers.mkdir()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
     return {"markers": markers, "state": tmp_path / "state", "token": token_file,
             "stderr": tmp_path / "agent.stderr"}
 
@@ -92,9 +93,9 @@ def test_signal_reverts_everything_and_exits_0(dirs: dict[str, pathlib.Path],
 
 def test_token_from_environment(dirs: dict[str, pathlib.Path]) -> None:
     args = [a for a in agent_args(dirs) if a not in ("--token-file", str(dirs["token"]))]
-    proc = run_agent(args, agent_env(dirs["markers"], token="env-token"), dirs["stderr"])
+    proc = run_agent(args, agent_env(dirs["markers"], token=TOKEN), dirs["stderr"])
     try:
-        with AgentClient(read_url(proc), "env-token") as client:
+        with AgentClient(read_url(proc), TOKEN) as client:
             assert client.faults() == []
     finally:
         proc.terminate()

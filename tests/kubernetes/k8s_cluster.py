@@ -20,7 +20,7 @@ from gameday.lab.devices import VirtualGpuBackend
 from gameday.testing.kube import KubeStandin
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT_TOKEN = "agent-token-k8s-7"
+AGENT_TOKEN = "9482659e4eb8c430be29bb0b8e4a62cb7b88fadfdb4a3845669f8c6ab74b83e1"
 NAMESPACE = "gameday-system"
 AGENT_LABELS = {"app.kubernetes.io/name": "gameday-agent"}
 

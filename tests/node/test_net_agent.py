@@ -15,6 +15,8 @@ from gameday.node.host.net import LinkFlapFault, list_links
 from tests.conftest import BIN, REPO, cli_env
 from tests.node.net_support import leftovers, netns_pair, sh, tcp_connects, tcp_listener
 
+TOKEN = "951b2732720eaddc44c505d789104476bb3092e2cb462313e12aaa96ab52062b"
+
 pytestmark = pytest.mark.skipif(LinkFlapFault().unavailable() is not None,
                                 reason=str(LinkFlapFault().unavailable()))
 
@@ -23,17 +25,20 @@ pytestmark = pytest.mark.skipif(LinkFlapFault().unavailable() is not None,
 def agent(tmp_path: Path) -> Iterator[tuple[AgentClient, subprocess.Popen[str]]]:
     assert leftovers() == []
     token = tmp_path / "token"
-    token.write_text("gdnet-test-token\n")
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("kinds: [net.link_flap, net.loss, net.partition]\ninterfaces: ['*']\n")
     proc = subprocess.Popen(
         [str(BIN / "gameday"), "agent", "serve", "--backend", "host", "--listen",
          "127.0.0.1:0", "--token-file", str(token), "--state-dir", str(tmp_path / "state"),
-         "--node", "gdnet-host"], cwd=REPO, env=cli_env(tmp_path), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+         "--node", "gdnet-host", "--policy", str(policy)], cwd=REPO, env=cli_env(tmp_path),
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "agent listening on" in line, line
-        yield AgentClient(line.split()[-1], "gdnet-test-token"), proc
+        yield AgentClient(line.split()[-1], TOKEN), proc
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -9,7 +9,7 @@ import pytest
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.net import DropRulesFault
-from gameday.node.host.netrules import available_mechanisms, netem_unavailable
+from gameday.node.host.netrules import DropSpec, Nftables, available_mechanisms, netem_unavailable
 from tests.node.net_support import (
     PREFIX,
     leftovers,
@@ -125,3 +125,28 @@ def test_netem_is_detected_and_refused_with_the_reason_where_absent() -> None:
 def test_bad_requests_are_refused(kind: str, params: dict[str, object], message: str) -> None:
     with pytest.raises(FaultRejected, match=message):
         DropRulesFault(kind, prefix=PREFIX).apply("f-bad", FaultRequest(kind, {}, params))
+
+
+@pytest.mark.parametrize("link", ['x"\nadd table inet gdevil', "eth0 drop", "a" * 16, "..",
+                                  "a/b", "a:1", "", "ünï"])
+def test_interface_names_are_checked_by_the_kernels_rules(link: str) -> None:
+    with pytest.raises(FaultRejected, match=r"target\.link"):
+        DropRulesFault("net.partition", prefix=PREFIX).apply(
+            "f-name", FaultRequest("net.partition", {"link": link}, {}))
+
+
+@pytest.mark.skipif("nftables" not in USABLE, reason="nftables is not usable here")
+def test_a_crafted_name_reaches_nft_as_data_and_adds_no_statement() -> None:
+    """Even past the name check (the mechanism called directly), the JSON interface
+    takes the name as a value: no table of the attacker's appears."""
+    crafted = 'x";}\ntable inet gdevil { chain c { type filter hook input priority 0; } }\n#'
+    with netns_pair() as pair:
+        with pytest.raises(FaultRejected):
+            Nftables().add_drop(f"{PREFIX}_crafted", DropSpec(link=crafted), pair.a)
+        Nftables().add_drop(f"{PREFIX}_crafted", DropSpec(link='q"w'), pair.a)
+        tables = sh("ip", "netns", "exec", pair.a, "nft", "list", "tables").stdout
+        assert "gdevil" not in tables
+        listed = sh("ip", "netns", "exec", pair.a, "nft", "-j", "list", "table", "inet",
+                    f"{PREFIX}_crafted").stdout
+        assert '"q\\"w"' in listed
+        Nftables().remove(f"{PREFIX}_crafted", pair.a)

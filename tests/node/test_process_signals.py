@@ -2,9 +2,11 @@
 stall (cgroup v1 freezer or v2 cgroup.freeze, whichever this host has)."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,7 +90,7 @@ def test_pause_with_duration_continues_by_itself(tmp_path: Path,
 def test_kill_by_name_and_the_guards(tmp_path: Path, ticker: subprocess.Popen[bytes]) -> None:
     kill = HostSignalFault("process.kill")
     assert find_processes(cmdline=f"gdsto-ticker {tmp_path}") == [ticker.pid]
-    with pytest.raises(FaultRejected, match="refusing to signal pid 1"):
+    with pytest.raises(FaultRejected, match="pid 1 is init"):
         kill.apply("k-0", FaultRequest("process.kill", {"pid": 1}, {}))
     with pytest.raises(FaultRejected, match="matches no process"):
         kill.apply("k-0", FaultRequest("process.kill", {"cmdline": "gdsto-no-such-thing"}, {}))
@@ -141,3 +143,77 @@ def test_catalogue_entries_are_the_activities_and_the_host_handlers() -> None:
         assert by_activity(f"faults.{name.split('.')[0]}", func) is entry
         assert name in kinds, f"no host handler for {name}"
         assert entry.injected_at["lab"] in ("storage", "process")
+
+
+def test_the_agent_own_threads_are_never_signalled() -> None:
+    """A thread id of this process (the agent) is refused: stopping it would stop all."""
+    started = threading.Event()
+    release = threading.Event()
+
+    def idle() -> None:
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=idle, daemon=True)
+    thread.start()
+    started.wait(5)
+    try:
+        tid = thread.native_id
+        assert tid is not None and tid != os.getpid()
+        pause = HostSignalFault("process.pause")
+        with pytest.raises(FaultRejected, match="a thread of this agent"):
+            pause.apply("t-1", FaultRequest("process.pause", {"pid": tid}, {}))
+        with pytest.raises(FaultRejected, match="a thread of this agent"):
+            pause.apply("t-2", FaultRequest("process.pause", {"pid": os.getpid()}, {}))
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_bad_parameters_are_refused_before_anything_is_signalled(
+        tmp_path: Path, ticker: subprocess.Popen[bytes]) -> None:
+    pause = HostSignalFault("process.pause")
+    bad = [({"pid": ticker.pid}, {"duration_s": "abc"}, "params.duration_s"),
+           ({"pid": ticker.pid}, {"duration_s": float("nan")}, "params.duration_s"),
+           ({"pid": ticker.pid}, {"max_processes": 100000}, "params.max_processes"),
+           ({"pid": ticker.pid}, {"max_processes": True}, "params.max_processes"),
+           ({"pid": ticker.pid}, {"signal": "KILL"}, "params.signal is unknown"),
+           ({"pid": ticker.pid, "x": 1}, {}, "target.x is unknown"),
+           ({"pid": ticker.pid, "name": "python"}, {}, "exactly one of"),
+           ({"pid": "12"}, {}, "target.pid"),
+           ({"cmdline": "(a)\\1"}, {}, "not an RE2 pattern"),
+           ({"cmdline": "a" * 300}, {}, "at most 256")]
+    for target, params, message in bad:
+        with pytest.raises(FaultRejected, match=message):
+            pause.apply("b-1", FaultRequest("process.pause", target, params))
+        assert process_state(ticker.pid) != "T", (target, params)
+
+
+def test_a_catastrophic_pattern_is_matched_in_linear_time(
+        tmp_path: Path, ticker: subprocess.Popen[bytes]) -> None:
+    """``(a+)+\\x00`` backtracks exponentially in Python's engine; RE2 answers at once."""
+    marker = "a" * 60
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    try:
+        assert find_processes(cmdline="(a+)+\\x00") == []
+        assert find_processes(cmdline=f"{marker}$") == [holder.pid]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_denied_names_are_never_signalled(tmp_path: Path) -> None:
+    """A process named ``sshd`` (a copy of sleep, harmless) is refused by name."""
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    fake = tmp_path / "sshd"
+    shutil.copy(sleep, fake)
+    proc = subprocess.Popen([str(fake), "30"])
+    try:
+        kill = HostSignalFault("process.kill")
+        with pytest.raises(FaultRejected, match="sshd, which gameday never signals"):
+            kill.apply("d-1", FaultRequest("process.kill", {"pid": proc.pid}, {}))
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()

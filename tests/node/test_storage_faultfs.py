@@ -3,6 +3,7 @@ sees them, switched on and off while it stays mounted; and the host backend laye
 it over a directory (bind mount + FUSE). Nothing stays mounted afterwards."""
 
 import errno
+import os
 import random
 import subprocess
 import sys
@@ -179,3 +180,31 @@ def test_host_backend_layers_over_a_directory_and_removes_the_layer(tmp_path: Pa
     with pytest.raises(FaultRejected, match="not a directory"):
         handler.apply("f-2", FaultRequest("storage.errors", {"path": "/"}, {}))
     assert_nothing_left(tmp_path)
+
+
+def test_paths_are_checked_before_anything_is_layered(tmp_path: Path) -> None:
+    """``..``, a symlink, a file or a relative path is refused before any mount."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "file").write_text("x")
+    fault = FuseStorageFault("storage.stall", FaultFsLayers(tmp_path / "state"))
+    for target, message in [({"path": f"{real}/../real"}, "no '.' or '..'"),
+                            ({"path": str(tmp_path / "link")}, "goes through a symlink"),
+                            ({"path": str(tmp_path / "file")}, "is not a directory"),
+                            ({"path": "relative/dir"}, "absolute directory"),
+                            ({"path": str(real), "x": 1}, "target.x is unknown")]:
+        with pytest.raises(FaultRejected, match=message):
+            fault.apply("s-bad", FaultRequest("storage.stall", target, {}))
+    assert not (tmp_path / "state").exists()
+
+
+def test_the_freezer_refuses_the_agent_and_its_cgroup(tmp_path: Path) -> None:
+    fault = FuseStorageFault("storage.stall", FaultFsLayers(tmp_path / "state"))
+    with pytest.raises(FaultRejected, match="a thread of this agent"):
+        fault.apply("s-me", FaultRequest("storage.stall", {"pid": os.getpid()},
+                                         {"mechanism": "freezer"}))
+    with pytest.raises(FaultRejected, match=r"holds this agent|not under /sys/fs/cgroup"):
+        fault.apply("s-root", FaultRequest("storage.stall", {"cgroup": "/sys/fs/cgroup/"
+                                                             "freezer"},
+                                           {"mechanism": "freezer"}))

@@ -2,6 +2,7 @@
 
 Areas are modules with a ``handlers() -> list[HostFault]`` function; add an area by
 adding it to ``AREAS``. ``gameday agent serve --backend host`` builds this backend.
+Until it is given a policy (:meth:`HostBackend.use_policy`), it refuses every fault.
 """
 
 import importlib
@@ -10,8 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from gameday.agent.backend import FaultRequest
+from gameday.agent.policy import NO_POLICY, Policy
+from gameday.agent.registry import PolicyRefused
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
+from gameday.node.processes import SignalFault
 
 AREAS: tuple[str, ...] = ("gameday.node.host.gpu", "gameday.node.host.net",
                           "gameday.node.host.proxy", "gameday.node.host.storage",
@@ -27,6 +31,16 @@ class HostBackend:
         self.node = node
         self._all = {handler.kind: handler for handler in handlers}
         self._usable = {kind: h for kind, h in self._all.items() if h.unavailable() is None}
+        self.policy: Policy | None = None
+
+    def use_policy(self, policy: Policy) -> None:
+        """Enforce ``policy`` from now on: its kinds, paths, interfaces and device
+        settings before each apply, its processes before each signal."""
+        self.policy = policy
+        for handler in self._all.values():
+            if isinstance(handler, SignalFault):
+                handler.guard = policy.process_guard
+                handler.max_processes = policy.max_processes
 
     def capabilities(self) -> dict[str, str | None]:
         """Every known kind with None (usable) or the reason it is not usable here."""
@@ -56,7 +70,11 @@ class HostBackend:
         return handler
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        return self._handler(request.kind).apply(fault_id, request)
+        handler = self._handler(request.kind)
+        if self.policy is None:
+            raise PolicyRefused(NO_POLICY)
+        self.policy.check(request)
+        return handler.apply(fault_id, request)
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         handler = self._all.get(request.kind)

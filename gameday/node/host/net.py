@@ -21,6 +21,7 @@ The inventory lists the host's links (name, state, mtu) and its packet filters
 import contextlib
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from gameday.node.host.netrules import (
     DropSpec,
     all_mechanisms,
     available_mechanisms,
+    check_ifname,
     mechanism,
     rule_name,
 )
@@ -68,9 +70,12 @@ def _target(request: FaultRequest, *, link_required: bool) -> tuple[str | None, 
         raise FaultRejected(f"target.{sorted(unknown)[0]} is unknown (known: link, netns)")
     if link_required and not link:
         raise FaultRejected("target.link (an interface name) is required")
-    for name, value in (("link", link), ("netns", netns)):
-        if value is not None and (not isinstance(value, str) or not value or "/" in value):
-            raise FaultRejected(f"target.{name} must be a name, got {value!r}")
+    if link is not None:
+        check_ifname(link)
+    if netns is not None and (not isinstance(netns, str) or not netns
+                              or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", netns)
+                              or netns in (".", "..")):
+        raise FaultRejected(f"target.netns must be a namespace name, got {netns!r}")
     if netns is not None and not os.path.exists(f"/run/netns/{netns}"):
         raise FaultRejected(f"target.netns {netns!r}: no /run/netns/{netns}")
     return link, netns

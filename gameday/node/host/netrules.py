@@ -6,9 +6,12 @@ nothing but the fault id, also after an agent restart: the nftables table
 ``inet PREFIX_ID``, the iptables chains ``PREFIX-ID-in`` / ``PREFIX-ID-out`` (jumped
 to from ``INPUT`` / ``OUTPUT``; ``nat`` chains for redirects), or a ``netem`` root
 qdisc on the interface. Commands run in a network namespace with ``ip netns exec``.
+nftables rules go through nft's JSON interface; iptables gets its values as argv items;
+interface names are checked by the kernel's rules first (:func:`check_ifname`).
 """
 
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -17,11 +20,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gameday.errors import FaultRejected
 
-__all__ = ["DropSpec", "Mechanism", "RedirectSpec", "available_mechanisms", "mechanism",
-           "netem_unavailable", "rule_name", "run"]
+__all__ = ["DropSpec", "Mechanism", "RedirectSpec", "available_mechanisms", "check_ifname",
+           "mechanism", "netem_unavailable", "rule_name", "run"]
 
 MECHANISMS = ("nftables", "iptables", "netem")
 
@@ -53,6 +57,23 @@ class RedirectSpec:
     port: int
     to_port: int
     mark: int
+
+
+#: The kernel's IFNAMSIZ, less the terminating NUL.
+IFNAME_MAX = 15
+
+
+def check_ifname(name: object, field: str = "target.link") -> str:
+    """``name`` if the kernel would accept it as an interface name (1..15 bytes, not
+    ``.`` or ``..``, no ``/``, ``:``, whitespace, quotes or control characters), else
+    :class:`FaultRejected`."""
+    if not isinstance(name, str) or not name:
+        raise FaultRejected(f"{field} must be an interface name, got {name!r}")
+    if (len(name.encode()) > IFNAME_MAX or name in (".", "..")
+            or not re.fullmatch(r"[A-Za-z0-9_.@+-]+", name)):
+        raise FaultRejected(f"{field} {name!r} is not a valid interface name (1..15 of "
+                            f"A-Z a-z 0-9 _ . @ + -)")
+    return name
 
 
 def rule_name(prefix: str, fault_id: str) -> str:
@@ -101,6 +122,16 @@ def _ip_keyword(version: int | None) -> str:
     return "ip6" if version == 6 else "ip"
 
 
+def _match(op: str, left: dict[str, Any], right: Any) -> dict[str, Any]:
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def _nft_json(commands: list[dict[str, Any]], netns: str | None) -> None:
+    """Apply ``commands`` in one transaction through nft's JSON interface (``nft -j -f
+    -``): values are data, never pasted into a script, so a name cannot add statements."""
+    run(["nft", "-j", "-f", "-"], netns, stdin=json.dumps({"nftables": commands}))
+
+
 class Nftables(Mechanism):
     name = "nftables"
 
@@ -113,41 +144,58 @@ class Nftables(Mechanism):
         return None
 
     @staticmethod
-    def _matches(spec: DropSpec, hook: str) -> list[list[str]]:
-        base: list[str] = []
+    def _matches(spec: DropSpec, hook: str) -> list[list[dict[str, Any]]]:
+        """The match expressions (libnftables JSON) of each rule for ``hook``."""
+        base: list[dict[str, Any]] = []
         if spec.link:
-            base += ["iifname" if hook == "in" else "oifname", f'"{spec.link}"']
+            base.append(_match("==", {"meta": {"key": "iifname" if hook == "in"
+                                               else "oifname"}}, spec.link))
         if spec.peer:
-            base += [_ip_keyword(spec.family()), "saddr" if hook == "in" else "daddr",
-                     spec.peer]
+            network = ipaddress.ip_network(spec.peer, strict=False)
+            right: Any = str(network.network_address)
+            if network.prefixlen != network.max_prefixlen:
+                right = {"prefix": {"addr": right, "len": network.prefixlen}}
+            base.append(_match("==", {"payload": {"protocol": _ip_keyword(network.version),
+                                                  "field": "saddr" if hook == "in"
+                                                  else "daddr"}}, right))
         if spec.port is None:
             return [base]
-        return [[*base, "meta", "l4proto", "{ tcp, udp }", "th", side, str(spec.port)]
+        l4 = _match("==", {"meta": {"key": "l4proto"}}, {"set": ["tcp", "udp"]})
+        return [[*base, l4, _match("==", {"payload": {"protocol": "th", "field": side}},
+                                   spec.port)]
                 for side in ("sport", "dport")]
 
     def add_drop(self, name: str, spec: DropSpec, netns: str | None) -> None:
-        verdict = ["drop"]
+        verdict: list[dict[str, Any]] = [{"drop": None}]
         if spec.share < 1.0:
-            verdict = ["numgen", "random", "mod", "10000", "<", str(round(spec.share * 10000)),
-                       "drop"]
-        lines = [f"table inet {name} {{"]
+            verdict = [_match("<", {"numgen": {"mode": "random", "mod": 10000}},
+                              round(spec.share * 10000)), {"drop": None}]
+        commands: list[dict[str, Any]] = [{"add": {"table": {"family": "inet", "name": name}}}]
         for hook in spec.hooks:
-            chain = "input" if hook == "in" else "output"
-            lines.append(f"  chain {hook} {{ type filter hook {chain} priority -10; "
-                         f"policy accept;")
-            lines += ["    " + " ".join(match + verdict) for match in self._matches(spec, hook)]
-            lines.append("  }")
-        lines.append("}")
-        run(["nft", "-f", "-"], netns, stdin="\n".join(lines) + "\n")
+            commands.append({"add": {"chain": {
+                "family": "inet", "table": name, "name": hook, "type": "filter",
+                "hook": "input" if hook == "in" else "output", "prio": -10,
+                "policy": "accept"}}})
+            commands += [{"add": {"rule": {"family": "inet", "table": name, "chain": hook,
+                                           "expr": match + verdict}}}
+                         for match in self._matches(spec, hook)]
+        _nft_json(commands, netns)
 
     def add_redirect(self, name: str, spec: RedirectSpec, netns: str | None) -> None:
         family = _ip_keyword(ipaddress.ip_address(spec.address).version)
-        rule = (f"meta mark != {spec.mark} {family} daddr {spec.address} tcp dport {spec.port} "
-                f"redirect to :{spec.to_port}")
-        script = (f"table {family} {name} {{\n"
-                  f"  chain out {{ type nat hook output priority -110; {rule}; }}\n"
-                  f"  chain pre {{ type nat hook prerouting priority -110; {rule}; }}\n}}\n")
-        run(["nft", "-f", "-"], netns, stdin=script)
+        rule = [_match("!=", {"meta": {"key": "mark"}}, spec.mark),
+                _match("==", {"payload": {"protocol": family, "field": "daddr"}},
+                       str(ipaddress.ip_address(spec.address))),
+                _match("==", {"payload": {"protocol": "tcp", "field": "dport"}}, spec.port),
+                {"redirect": {"port": spec.to_port}}]
+        commands: list[dict[str, Any]] = [{"add": {"table": {"family": family, "name": name}}}]
+        for chain, hook in (("out", "output"), ("pre", "prerouting")):
+            commands.append({"add": {"chain": {"family": family, "table": name, "name": chain,
+                                               "type": "nat", "hook": hook, "prio": -110,
+                                               "policy": "accept"}}})
+            commands.append({"add": {"rule": {"family": family, "table": name, "chain": chain,
+                                              "expr": rule}}})
+        _nft_json(commands, netns)
 
     def _tables(self, netns: str | None) -> list[tuple[str, str]]:
         done = run(["nft", "list", "tables"], netns, check=False)

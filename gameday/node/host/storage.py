@@ -23,8 +23,9 @@ from gameday.node.faultfs.mount import mount_table
 from gameday.node.faultfs.rules import RuleError, rule_for_fault
 from gameday.node.host.base import HostFault
 from gameday.node.host.fusefs import FaultFsLayers
+from gameday.node.processes import refusal
 
-__all__ = ["FuseStorageFault", "handlers"]
+__all__ = ["FuseStorageFault", "checked_dir", "handlers"]
 
 STORAGE_KINDS = ("storage.stall", "storage.errors", "storage.slow")
 _REAL_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "nfs", "nfs4", "cifs", "overlay",
@@ -61,9 +62,10 @@ class FuseStorageFault:
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         if request.params.get("mechanism") == "freezer":
             return self._freeze(fault_id, request)
-        path = request.target.get("path") or request.target.get("mount")
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise FaultRejected("target: needs {path: /absolute/dir}")
+        unknown = sorted(set(request.target) - {"path", "mount"})
+        if unknown:
+            raise FaultRejected(f"target.{unknown[0]} is unknown (known: path, mount)")
+        path = checked_dir(request.target.get("path") or request.target.get("mount"))
         try:
             rule = rule_for_fault(self.kind, request.params)
         except RuleError as exc:
@@ -92,13 +94,26 @@ class FuseStorageFault:
         if self.kind != "storage.stall":
             raise FaultRejected("params.mechanism: freezer applies to storage.stall only")
         cgroup, pid = request.target.get("cgroup"), request.target.get("pid")
+        unknown = sorted(set(request.target) - {"cgroup", "pid"})
+        if unknown or (cgroup is None) == (pid is None):
+            raise FaultRejected("target: freezer needs exactly one of {cgroup: DIR} or "
+                                "{pid: N > 1}")
         try:
-            if isinstance(cgroup, str):
+            if cgroup is not None:
+                cgroup = str(checked_dir(cgroup, field="target.cgroup"))
+                if not cgroup.startswith("/sys/fs/cgroup/"):
+                    raise FaultRejected(f"target.cgroup {cgroup} is not under /sys/fs/cgroup")
+                if _holds_agent(Path(cgroup)):
+                    raise FaultRejected(f"target.cgroup {cgroup} holds this agent; "
+                                        f"freezing it would freeze the agent")
                 _set_frozen(Path(cgroup), True)
                 self._frozen[fault_id] = (Path(cgroup), None, None)
                 return {"mechanism": "freezer", "cgroup": cgroup}
-            if not isinstance(pid, int) or pid <= 1 or pid == os.getpid():
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
                 raise FaultRejected("target: freezer needs {cgroup: DIR} or {pid: N > 1}")
+            reason = refusal(pid)
+            if reason is not None:
+                raise FaultRejected(f"target: refusing to freeze: {reason}")
             group = BoundedGroup(f"{group_prefix()}-freeze-{fault_id}", ("freezer",), detect())
             group.create()
             origin = _freezer_cgroup_of(pid, group)
@@ -143,6 +158,36 @@ class FuseStorageFault:
                 mounts.append({"name": mountpoint, "path": mountpoint, "fstype": fstype,
                                "source": source, "faultable": mountpoint != "/"})
         return {"mounts": mounts}
+
+
+def checked_dir(value: object, *, field: str = "target.path") -> Path:
+    """``value`` as an absolute directory named without ``..``, ``.`` or a symlink
+    anywhere along it (what is named is what would be layered), else
+    :class:`FaultRejected`."""
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        raise FaultRejected(f"{field}: needs an absolute directory, got {value!r}")
+    parts = value.split("/")
+    if ".." in parts or "." in parts:
+        raise FaultRejected(f"{field} {value!r}: no '.' or '..' components")
+    real = os.path.realpath(value)
+    if real != os.path.normpath(value):
+        raise FaultRejected(f"{field} {value!r} goes through a symlink (to {real}); "
+                            f"name the real directory")
+    if not os.path.isdir(real):
+        raise FaultRejected(f"{field} {value!r} is not a directory")
+    return Path(real)
+
+
+def _holds_agent(cgroup: Path) -> bool:
+    """Whether this agent's process is in ``cgroup`` or any cgroup below it."""
+    me = str(os.getpid())
+    for directory, _, files in os.walk(cgroup):
+        for name in ("cgroup.procs", "tasks"):
+            if name in files:
+                with contextlib.suppress(OSError):
+                    if me in (Path(directory) / name).read_text().split():
+                        return True
+    return False
 
 
 def _set_frozen(cgroup: Path, frozen: bool) -> None:

@@ -1,0 +1,276 @@
+"""The agent's security: TLS 1.3 and mutual TLS with certificates the test makes
+(``cryptography``), certificate reload, several tokens and their rotation, weak tokens
+and readable token files refused, the audit trail, the registry's caps, slow-header
+clients, deep bodies; all over real sockets on loopback."""
+
+import datetime
+import json
+import os
+import pathlib
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from gameday.agent.audit import AuditTrail
+from gameday.agent.registry import Limits
+from gameday.agent.server import AgentServer
+from gameday.agent.tls import ServerTLS, client_context
+from gameday.agent.tokens import TokenSet, check_token, token_bits
+from gameday.engine.agent_client import AgentClient
+from gameday.errors import AgentError, InvalidInput
+from tests.agent.agent_marker import KIND, REPO, MarkerBackend
+
+TOKEN = "7d1c0b9a3e5f46a8b2c4d6e8f0a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7"
+OTHER = "0f9e8d7c6b5a49382716a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4"
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str,
+          issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool = False,
+          san: list[x509.GeneralName] | None = None) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=1))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+class Pki:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, in ``root``."""
+
+    def __init__(self, root: pathlib.Path, name: str = "ca") -> None:
+        self.root = root
+        self.ca_key = ec.generate_private_key(ec.SECP256R1())
+        self.ca = _cert(f"gameday-test-{name}", self.ca_key, f"gameday-test-{name}",
+                        self.ca_key, ca=True)
+        self.ca_pem = self._write(f"{name}.crt", self.ca)
+
+    def _write(self, filename: str, cert: x509.Certificate) -> pathlib.Path:
+        path = self.root / filename
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return path
+
+    def issue(self, stem: str, cn: str, san: list[x509.GeneralName]) -> tuple[pathlib.Path,
+                                                                              pathlib.Path]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = self._write(f"{stem}.crt", _cert(cn, key, self.ca.subject.rfc4514_string()[3:],
+                                                self.ca_key, san=san))
+        key_path = self.root / f"{stem}.key"
+        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                               serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        key_path.chmod(0o600)
+        return cert, key_path
+
+
+@pytest.fixture
+def pki(tmp_path: pathlib.Path) -> Pki:
+    return Pki(tmp_path)
+
+
+def _server_files(pki: Pki) -> tuple[pathlib.Path, pathlib.Path]:
+    import ipaddress
+    return pki.issue("server", "agent", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+
+
+@pytest.fixture
+def mtls_agent(tmp_path: pathlib.Path, pki: Pki) -> Iterator[AgentServer]:
+    cert, key = _server_files(pki)
+    server = AgentServer(MarkerBackend(tmp_path / "markers"), token=TOKEN,
+                         state_path=tmp_path / "state.json", node="tls-node",
+                         tls=ServerTLS(cert, key, pki.ca_pem),
+                         audit=AuditTrail(tmp_path / "audit" / "audit.jsonl"))
+    with server:
+        yield server
+
+
+def test_mutual_tls_lets_in_only_a_client_with_a_certificate(
+        tmp_path: pathlib.Path, pki: Pki, mtls_agent: AgentServer) -> None:
+    assert mtls_agent.url.startswith("https://127.0.0.1:")
+    client_cert, client_key = pki.issue("client", "orchestrator",
+                                        [x509.UniformResourceIdentifier("spiffe://gd/orch")])
+    good = client_context(pki.ca_pem, client_cert, client_key)
+    with AgentClient(mtls_agent.url, TOKEN, tls=good) as client:
+        fault = client.inject(KIND, {"gpu": 0}, {"note": "x", "api_token": "s3cr3t"}, 30)
+        client.revert(fault["id"])
+    with AgentClient(mtls_agent.url, TOKEN, tls=client_context(pki.ca_pem)) as client, \
+            pytest.raises(AgentError):
+        client.health()  # no client certificate: the handshake fails
+    with AgentClient(mtls_agent.url, TOKEN) as client, pytest.raises(AgentError):
+        client.health()  # the system CAs do not know the test CA
+    plain = socket.create_connection(("127.0.0.1", int(mtls_agent.url.rsplit(":", 1)[1])))
+    plain.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        answer = plain.recv(100)
+    except ConnectionResetError:
+        answer = b""
+    assert not answer.startswith(b"HTTP/1.1")  # cleartext gets no HTTP answer
+    plain.close()
+    records = [json.loads(line) for line in
+               (tmp_path / "audit" / "audit.jsonl").read_text().splitlines()]
+    injected = next(r for r in records if r["method"] == "POST")
+    assert injected["identity"] == "uri:spiffe://gd/orch"
+    assert injected["token"].startswith("token:") and TOKEN not in json.dumps(records)
+    assert injected["kind"] == KIND and injected["status"] == 201
+    assert injected["params"] == {"note": "x", "api_token": "[redacted]"}
+    assert any(r["method"] == "DELETE" and r["status"] == 200 for r in records)
+
+
+def test_tls_below_1_3_is_refused(pki: Pki, mtls_agent: AgentServer) -> None:
+    context = ssl.create_default_context(cafile=str(pki.ca_pem))
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    port = int(mtls_agent.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as raw, pytest.raises(ssl.SSLError):
+        context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(
+        tmp_path: pathlib.Path, pki: Pki) -> None:
+    cert, key = _server_files(pki)
+    tls = ServerTLS(cert, key)
+    with AgentServer(MarkerBackend(tmp_path / "m"), token=TOKEN, node="n",
+                     state_path=tmp_path / "s.json", tls=tls) as server:
+        with AgentClient(server.url, TOKEN, tls=client_context(pki.ca_pem)) as client:
+            assert client.health()["ok"]
+        other = Pki(tmp_path, "ca2")
+        import ipaddress
+        new_cert, _ = other.issue("server", "agent",  # over the files served
+                                        [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        os.utime(new_cert, (time.time() + 5, time.time() + 5))
+        deadline = time.monotonic() + 10
+        while True:  # the reload happens on the first connection after a second
+            try:
+                with AgentClient(server.url, TOKEN, tls=client_context(other.ca_pem)) as c:
+                    assert c.health()["ok"]
+                break
+            except AgentError:
+                assert time.monotonic() < deadline, "the new certificate was never served"
+                time.sleep(0.2)
+        with AgentClient(server.url, TOKEN, tls=client_context(pki.ca_pem)) as client, \
+                pytest.raises(AgentError):
+            client.health()  # the old CA's certificate is gone
+
+
+def test_two_tokens_at_once_and_a_rotation_by_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"# rotation\n{TOKEN}\n{OTHER}\n")
+    path.chmod(0o600)
+    with AgentServer(MarkerBackend(tmp_path / "m"), token=TokenSet(path=path), node="n",
+                     state_path=tmp_path / "s.json") as server:
+        for token in (TOKEN, OTHER):
+            with AgentClient(server.url, token) as client:
+                assert client.inventory()["node"] == "n"
+        path.write_text(f"{OTHER}\n")  # the old token retired
+        os.utime(path, (time.time() + 5, time.time() + 5))
+        time.sleep(1.1)
+        with AgentClient(server.url, TOKEN) as client, pytest.raises(AgentError) as refused:
+            client.inventory()
+        assert refused.value.status == 401
+        with AgentClient(server.url, OTHER) as client:
+            assert client.inventory()["node"] == "n"
+
+
+@pytest.mark.parametrize("token", ["x", "secret-token-42", "a" * 200, "ab" * 100,
+                                   "0123456789" * 5])
+def test_weak_tokens_are_refused(token: str) -> None:
+    assert token_bits(token) < 256
+    with pytest.raises(InvalidInput, match="too weak"):
+        check_token(token, "test")
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gameday.agent.serve", *args],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_cli_refuses_weak_tokens_open_files_and_plaintext_off_loopback(
+        tmp_path: pathlib.Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("short\n")
+    token_file.chmod(0o600)
+    base = ["--backend", "tests.agent.agent_marker:factory", "--state-dir",
+            str(tmp_path / "state"), "--token-file", str(token_file)]
+    done = _serve(*base, "--listen", "127.0.0.1:0")
+    assert done.returncode == 2 and "too weak" in done.stderr
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o644)
+    done = _serve(*base, "--listen", "127.0.0.1:0")
+    assert done.returncode == 2 and "chmod 600" in done.stderr
+    token_file.chmod(0o600)
+    done = _serve(*base, "--listen", "0.0.0.0:0")
+    assert done.returncode == 2 and "--insecure-plaintext" in done.stderr
+
+
+def test_caps_on_active_faults_lease_and_lifetime(tmp_path: pathlib.Path) -> None:
+    limits = Limits(kinds=frozenset({KIND}), lease_max_s=60, lifetime_max_s=50, max_active=2,
+                    source="the test policy")
+    with AgentServer(MarkerBackend(tmp_path / "m"), token=TOKEN, node="n",
+                     state_path=tmp_path / "s.json", limits=limits) as server, \
+            AgentClient(server.url, TOKEN) as client:
+        with pytest.raises(AgentError) as too_long:
+            client.inject(KIND, {"gpu": 0}, {}, 61)
+        assert too_long.value.status == 403
+        first = client.inject(KIND, {"gpu": 0}, {}, 40)
+        client.inject(KIND, {"gpu": 1}, {}, 40)
+        with pytest.raises(AgentError) as full:
+            client.inject(KIND, {"gpu": 2}, {}, 40)
+        assert full.value.status == 429 and "allows 2 at once" in str(full.value)
+        client.renew(first["id"], 40)  # about 40 s in all: fine
+        with pytest.raises(AgentError) as lifetime:
+            client.renew(first["id"], 60)  # 60 s from now is over 50 s in all
+        assert lifetime.value.status == 403 and "in all" in str(lifetime.value)
+
+
+def test_a_slow_header_client_is_cut_off_and_health_keeps_answering(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gameday.agent import server as server_module
+    monkeypatch.setattr(server_module, "REQUEST_DEADLINE_S", 0.5)
+    with AgentServer(MarkerBackend(tmp_path / "m"), token=TOKEN, node="n",
+                     state_path=tmp_path / "s.json", per_source=4) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        for conn in slow:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+        with AgentClient(server.url, TOKEN) as client:
+            assert client.health()["ok"]
+        for conn in slow:
+            conn.settimeout(5)
+            assert conn.recv(100) == b""  # closed by the deadline, not by the client
+            conn.close()
+        crowd = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port))
+        extra.settimeout(5)
+        assert extra.recv(200).startswith(b"HTTP/1.1 503")  # over the per-source cap
+        for conn in [*crowd, extra]:
+            conn.close()
+
+
+def test_a_deep_body_and_a_bad_parameter_answer_4xx(tmp_path: pathlib.Path) -> None:
+    with AgentServer(MarkerBackend(tmp_path / "m"), token=TOKEN, node="n",
+                     state_path=tmp_path / "s.json") as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        body = b"[" * 30000 + b"]" * 30000
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"POST /v1/faults HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                         + TOKEN.encode() + b"\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            answer = conn.recv(300)
+        assert answer.startswith(b"HTTP/1.1 400"), answer

@@ -35,9 +35,15 @@ def add_commands(commands: Any) -> None:
     play.add_argument("--lab-dir", type=Path, help="lab directory")
     add_result_arguments(play)
 
-    gate = commands.add_parser("gate", help="run a playbook as a release gate")
+    gate = commands.add_parser("gate", help="run a playbook as a release gate, or judge "
+                                                "existing journals (--journals DIR)")
     gate.add_argument("playbook", type=Path)
     gate.add_argument("--journal-dir", type=Path)
+    gate.add_argument("--journals", type=Path, metavar="DIR",
+                      help="judge the newest verified journal of each experiment under DIR "
+                           "instead of running them")
+    gate.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                      help="count only journals signed by this Ed25519 key")
     gate.add_argument("--lab-dir", type=Path)
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
@@ -96,7 +102,7 @@ def _lab_dir(args: argparse.Namespace) -> Path | None:
     return args.lab_dir.absolute() if getattr(args, "lab_dir", None) else None
 
 
-def _played(args: argparse.Namespace) -> "PlaybookRun":
+def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "PlaybookRun":
     """Load and play ``args.playbook`` with live progress on stdout, each run's verdict
     table after it, and the game day's table at the end; the ``PlaybookRun``."""
     from gameday.gamedays.gate import projections
@@ -119,7 +125,7 @@ def _played(args: argparse.Namespace) -> "PlaybookRun":
     print_playbook(playbook.title, rows, console,
                    at_scale=worst.line() if worst is not None else None,
                    exit_code=result.exit_code, interrupted=result.interrupted_exit is not None,
-                   record_path=result.record_path)
+                   record_path=result.record_path, verdict_line=verdict_line)
     return result
 
 
@@ -128,14 +134,29 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from gameday.gamedays.gate import evaluate, write_outputs
+    from gameday.evidence import signing
+    from gameday.gamedays.gate import (
+        evaluate,
+        reject_unverified,
+        runs_from_journals,
+        write_outputs,
+    )
+    from gameday.gamedays.playbook import load_playbook
 
-    result = _played(args)
-    playbook = result.playbook
-    if result.interrupted_exit is not None:
-        return result.interrupted_exit
-    verdict = evaluate(playbook, result.runs)
-    write_outputs(verdict, result.runs, junit=args.junit, summary=args.summary,
+    trusted = signing.load_public(args.public_key) if args.public_key else None
+    if args.journals is not None:
+        playbook = load_playbook(args.playbook)
+        runs, rejected = runs_from_journals(playbook, args.journals, trusted)
+    else:
+        result = _played(args, verdict_line=False)
+        if result.interrupted_exit is not None:
+            return result.interrupted_exit
+        playbook, runs = result.playbook, result.runs
+        rejected = reject_unverified(runs, trusted)
+    for path, reason in rejected.items():
+        print(f"gate: rejected {path}: {reason}")
+    verdict = evaluate(playbook, runs)
+    write_outputs(verdict, runs, junit=args.junit, summary=args.summary,
                   command=f"gameday gate {args.playbook}")
     for case in verdict.failures:
         print(f"gate: FAIL {case.classname} > {case.name}: {case.message}")

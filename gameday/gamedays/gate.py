@@ -18,6 +18,11 @@ every SLO held:
 
 JUnit XML has one testcase per experiment, one per verifier result and one per gate
 threshold; a failure's message says which SLO missed by how much.
+
+The gate judges either the runs it has just made or journals that already exist
+(:func:`runs_from_journals`: experiments run in one CI job, gated in another). Either way
+only verified journals count (their hash chain and, with a trusted key, signatures): an
+experiment whose journal does not verify did not pass.
 """
 
 import re
@@ -26,10 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from gameday.errors import InvalidInput
+from gameday.evidence.audit import verify_tree
 from gameday.evidence.journal import atomic_write
 from gameday.gamedays.costs import CostProjection, percentile, project
 from gameday.gamedays.play import ExperimentRun
-from gameday.gamedays.playbook import Gate, Playbook
+from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
+from gameday.report.summary import JournalSummary, is_journal_file, read_summary
 
 
 @dataclass
@@ -189,6 +199,64 @@ def projections(playbook: Playbook, runs: Sequence[ExperimentRun]
     rpo = max((s.rpo_s for s in measured if s.rpo_s is not None), default=playbook.rpo_s)
     return (project(max(rtos), rpo, playbook.fleet),
             project(percentile(rtos, 50) or 0.0, rpo, playbook.fleet))
+
+
+def _same_experiment(planned: PlannedExperiment, summary: JournalSummary) -> bool:
+    recorded = Path(summary.experiment_file)
+    return recorded.resolve() == planned.path.resolve() or recorded.name == planned.path.name
+
+
+def runs_from_journals(playbook: Playbook, directory: Path,
+                       trusted: Ed25519PublicKey | None = None
+                       ) -> tuple[list[ExperimentRun], dict[Path, str]]:
+    """The playbook's experiments as the newest verified journal under ``directory`` shows
+    each one; and the journals that did not verify, with the reason.
+
+    An experiment with no verified journal is an error run ("no verified journal").
+    Raises :class:`InvalidInput` when ``directory`` holds no gameday journal at all.
+    """
+    if not directory.is_dir():
+        raise InvalidInput("is not a directory of journals", file=str(directory))
+    verdicts = verify_tree(directory, trusted, is_journal=is_journal_file)
+    verified: list[tuple[Path, JournalSummary]] = []
+    rejected: dict[Path, str] = {}
+    for path, problem in verdicts.items():
+        try:
+            summary = read_summary(path)
+        except InvalidInput:
+            continue
+        if problem is None:
+            verified.append((path, summary))
+        else:
+            rejected[path] = problem
+    if not verified and not rejected:
+        raise InvalidInput("holds no gameday journal", file=str(directory))
+    runs = []
+    for planned in playbook.experiments:
+        mine = [(p, s) for p, s in verified if _same_experiment(planned, s)]
+        if not mine:
+            why = "no verified journal of this experiment in " + str(directory)
+            runs.append(ExperimentRun(planned, exit_code=2, error=why))
+            continue
+        path, summary = max(mine, key=lambda item: item[1].ended_at)
+        runs.append(ExperimentRun(planned, exit_code=summary.exit_code, journal_path=path,
+                                  summary=summary))
+    return runs, rejected
+
+
+def reject_unverified(runs: Sequence[ExperimentRun], trusted: Ed25519PublicKey | None = None
+                      ) -> dict[Path, str]:
+    """Check the journals of runs just made; a run whose journal does not verify becomes an
+    error run. Returns the rejected journals with their reasons."""
+    rejected: dict[Path, str] = {}
+    for directory in sorted({run.journal_path.parent for run in runs if run.journal_path}):
+        verdicts = verify_tree(directory, trusted, is_journal=is_journal_file)
+        for run in runs:
+            problem = verdicts.get(run.journal_path) if run.journal_path else None
+            if run.journal_path is not None and problem is not None:
+                rejected[run.journal_path] = problem
+                run.summary, run.error = None, f"journal did not verify: {problem}"
+    return rejected
 
 
 def evaluate(playbook: Playbook, runs: Sequence[ExperimentRun]) -> GateVerdict:

@@ -133,9 +133,10 @@ class PlaybookRow:
 
 def print_playbook(title: str, rows: Sequence[PlaybookRow], console: "Console", *,
                    at_scale: str | None, exit_code: int, interrupted: bool,
-                   record_path: Path | None) -> None:
+                   record_path: Path | None, verdict_line: bool = True) -> None:
     """One row per experiment of a game day: expected vs actual, RTO, journal hash; then
-    the cost projected at scale (``at_scale``, computed by the caller) and the verdict."""
+    the cost projected at scale (``at_scale``, computed by the caller) and, unless a caller
+    such as the gate prints a verdict of its own, the game day's verdict."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -151,6 +152,8 @@ def print_playbook(title: str, rows: Sequence[PlaybookRow], console: "Console", 
     console.print(table)
     if at_scale is not None:
         console.print(f"at scale: {at_scale}", markup=False)
+    if not verdict_line:
+        return
     verdict = "PASSED" if exit_code == 0 else ("INTERRUPTED" if interrupted else "FAILED")
     console.print(Text.assemble("game day: ", Text(verdict, style=_STYLES.get(verdict, "")),
                                 f" (exit {exit_code}); record {record_path}"))

@@ -1,0 +1,83 @@
+"""``gameday gate --journals DIR``: a gate over journals that already exist (run in one CI
+job, gated in another), through the real CLI on real hash-chained journal files. Only
+verified journals count; the gate prints one verdict, its own."""
+
+import json
+from pathlib import Path
+
+import yaml
+
+from gameday.evidence import signing
+from gameday.evidence.journal import write_journal
+from tests.conftest import REPO, cli_env, gameday
+from tests.report.reports_helpers import varied
+
+ECC = REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml"
+KILL = REPO / "experiments" / "process-kill-shard.yaml"
+
+
+def _playbook(tmp: Path) -> Path:
+    path = tmp / "gate.yaml"
+    path.write_text(yaml.safe_dump({
+        "version": 1, "title": "release gate", "target": "lab",
+        "experiments": [{"name": "ecc", "path": str(ECC)}, {"name": "kill", "path": str(KILL)}],
+        "gate": {"rto_max_s": 20}}))
+    return path
+
+
+def _journals(directory: Path, key: Path | None = None) -> list[Path]:
+    private = signing.load_private(key) if key else None
+    paths = []
+    for day, experiment in enumerate(("experiments/gpu-ecc-dbe-reshard.yaml",
+                                      "experiments/process-kill-shard.yaml"), start=1):
+        path = directory / f"2026110{day}T100000Z-{Path(experiment).stem}.json"
+        write_journal(path, varied(experiment=experiment, fault="gpu.ecc",
+                                   end=f"2026-11-0{day}T10:00:00+00:00"), private)
+        paths.append(path)
+    return paths
+
+
+def test_the_gate_judges_existing_journals(tmp_path: Path) -> None:
+    _journals(tmp_path / "journals")
+    junit = tmp_path / "junit.xml"
+    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals"),
+                      "--junit", str(junit)], cli_env(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "game day:" not in result.stdout
+    verdicts = [line for line in result.stdout.splitlines() if line.startswith("gate: ")]
+    assert len(verdicts) == 1 and verdicts[0].startswith("gate: PASSED"), result.stdout
+    assert 'failures="0"' in junit.read_text()
+
+
+def test_an_edited_journal_fails_the_gate(tmp_path: Path) -> None:
+    paths = _journals(tmp_path / "journals")
+    document = json.loads(paths[1].read_text())
+    document["gameday"]["verdict"]["passed"] = True
+    paths[1].write_text(json.dumps(document, indent=2, sort_keys=True) + " \n")
+    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals")],
+                     cli_env(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"gate: rejected {paths[1]}: edited journal" in result.stdout
+    assert "gate: FAIL gameday.gate > kill: could not run: no verified journal" in result.stdout
+    # what the edited journal recorded of its predecessor proves nothing either
+    assert "unverifiable: older than the edited journal" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("gate: FAILED")
+
+
+def test_journals_signed_by_another_key_fail_a_gate_that_trusts_one(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "k" / "ours.key", tmp_path / "k" / "theirs.key"
+    public = signing.generate(ours)
+    signing.generate(theirs)
+    _journals(tmp_path / "journals", theirs)
+    env = cli_env(tmp_path)
+    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals"),
+                      "--public-key", str(public)], env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.count("bad signature") == 2
+
+
+def test_a_directory_without_journals_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "empty")],
+                     cli_env(tmp_path))
+    assert result.returncode == 2 and "holds no gameday journal" in result.stderr

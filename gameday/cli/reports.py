@@ -67,10 +67,16 @@ def add_commands(commands: Any) -> None:
     coverage.add_argument("--exclude-lab", action="store_true",
                           help="leave out evidence from the virtual lab")
 
-    report = commands.add_parser("report", help="render one journal as HTML or Markdown")
-    report.add_argument("journal", type=Path)
+    report = commands.add_parser(
+        "report", help="render a journal, or a game day's record (*.playbook.json), as HTML "
+                       "or Markdown",
+        epilog="example: gameday report journals/20261201T101500Z-gpu-ecc.json "
+               "(writes journals/20261201T101500Z-gpu-ecc.html)")
+    report.add_argument("journal", type=Path, help="a journal or a playbook run record")
     report.add_argument("--format", choices=["html", "md"], default="html")
-    report.add_argument("-o", "--output", type=Path, metavar="FILE")
+    report.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="where to write (default: next to the input, .html or .md; "
+                             "'-' for standard output)")
     _fleet_arguments(report)
 
 
@@ -203,9 +209,20 @@ def _coverage(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from gameday.report import playbook
     from gameday.report.document import report
 
-    _write(report(args.journal, args.format, _fleet(args)), args.output)
+    if playbook.is_playbook_record(args.journal):
+        record = playbook.read_record(args.journal)
+        render = playbook.render_html if args.format == "html" else playbook.render_markdown
+        text = render(record, _fleet(args))
+        stem = args.journal.name[:-len(playbook.RECORD_SUFFIX)]
+        beside = args.journal.with_name(f"{stem}.{args.format}")
+    else:
+        text = report(args.journal, args.format, _fleet(args))
+        beside = args.journal.with_suffix(f".{args.format}")
+    output = args.output or beside
+    _write(text, None if str(output) == "-" else output)
     return 0
 
 

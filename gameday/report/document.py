@@ -24,7 +24,7 @@ FORMATS = ("html", "md")
 SCALE_FLEETS = (1_024, 16_384, 131_072)
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
-_STYLE = """
+STYLE = """
 :root{--ink:#1d2330;--mute:#5f6b7a;--line:#d5dae3;--ok:#2e7d32;--bad:#c62828}
 body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;color:var(--ink);
 margin:0;background:#f6f7fa}main{max-width:1040px;margin:0 auto;padding:28px 32px 60px;
@@ -98,7 +98,7 @@ def render_html(journal: dict[str, Any], summary: JournalSummary,
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>{_esc(title)} — gameday report</title><style>{_STYLE}</style></head>",
+        f"<title>{_esc(title)} — gameday report</title><style>{STYLE}</style></head>",
         f"<body><main><h1>{_esc(title)}{badge}</h1>",
         f"<p class='muted'>{_esc(description.strip())}</p>"]
     if summary.reasons:

@@ -28,9 +28,11 @@ from typing import Any
 
 import pytest
 
+from gameday.evidence.journal import write_journal
 from gameday.report.document import render_html
 from gameday.report.summary import summarize
-from tests.report.reports_helpers import real_journal
+from tests.conftest import cli_env, gameday
+from tests.report.reports_helpers import real_journal, varied
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian package chromium not installed")
@@ -236,3 +238,51 @@ def test_report_renders_charts_and_fetches_nothing(tmp_path: Path, browser: _Bro
                        "<img src='http://gdrep-control.invalid/pixel.png'>")
     requests = browser.open(control.as_uri())
     assert "http://gdrep-control.invalid/pixel.png" in requests, requests
+
+
+def _game_day(directory: Path) -> Path:
+    """Two journals of a game day and its run record, as ``gameday play`` writes them."""
+    runs = []
+    for name, rto in (("ecc", 1.2), ("oom", 24.5)):
+        journal = directory / f"20261101T1000{len(runs)}0Z-{name}.json"
+        write_journal(journal, varied(rto_s=rto, passed=rto < 20,
+                                      experiment=f"experiments/{name}.yaml"))
+        runs.append({"name": name, "experiment": f"experiments/{name}.yaml", "expect": "pass",
+                     "outcome": "passed" if rto < 20 else "failed", "as_expected": rto < 20,
+                     "journal": str(journal), "exit_code": 0 if rto < 20 else 1})
+    record = directory / "20261101T100000Z-weekly.playbook.json"
+    write_journal(record, {"playbook": "playbooks/weekly-gameday.yaml", "title": "weekly",
+                           "started_at": 1_793_000_000.0, "ended_at": 1_793_000_300.0,
+                           "exit_code": 1, "runs": runs})
+    return record
+
+
+def test_matrix_and_game_day_report_render_and_fetch_nothing(tmp_path: Path,
+                                                             browser: _Browser) -> None:
+    record = _game_day(tmp_path / "journals")
+    result = gameday(["report", str(record)], cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    page = record.with_name("20261101T100000Z-weekly.html")
+    assert f"wrote {page}" in result.stderr
+    matrix = tmp_path / "coverage.html"
+    result = gameday(["coverage", str(tmp_path / "journals"), "--format", "html", "-o",
+                      str(matrix)], cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for html_page in (page, matrix):
+        links = _Links()
+        links.feed(html_page.read_text())
+        assert "default-src 'none'" in links.csp and "<script" not in html_page.read_text()
+        assert browser.open(html_page.as_uri()) == [html_page.as_uri()]
+        shot = tmp_path / f"{html_page.stem}.png"
+        browser.screenshot(shot)
+        assert shot.stat().st_size > 10_000
+    browser.open(page.as_uri())
+    text = browser.evaluate("document.body.innerText")
+    assert "weekly" in text and "FAILED" in text and "24.50 s (SLO 20 s)" in text
+    assert browser.evaluate("document.querySelectorAll('svg rect.objective').length") == 2
+    browser.open(matrix.as_uri())
+    text = browser.evaluate("document.body.innerText")
+    assert "Verified scenarios by fault family" in text and "GPU ECC error" in text
+    assert "not covered yet" in text and "cannot act at this layer" in text
+    assert browser.evaluate("getComputedStyle(document.querySelector('td code')).whiteSpace"
+                            ) == "nowrap"

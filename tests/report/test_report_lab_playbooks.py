@@ -107,7 +107,7 @@ def test_audit_run_meets_its_coverage_and_reports(tmp_path: Path, lab_env: dict[
     assert result.returncode == 0, result.stderr
     page = html_path.read_text()
     assert page.count("<svg") == 2 and "fault-window" in page and "RTO " in page
-    result = gameday(["report", str(journal), "--format", "md", "--fleet-gpus", "1024"],
+    result = gameday(["report", str(journal), "--format", "md", "--fleet-gpus", "1024", "-o", "-"],
                      lab_env)
     assert result.returncode == 0 and "## What it costs at scale" in result.stdout
     assert "at 1,024 GPUs" in result.stdout

@@ -33,6 +33,9 @@ def add_commands(commands: Any) -> None:
     play.add_argument("--journal-dir", type=Path, help="where the journals go (default "
                                                        "journals/<stamp>-<playbook>)")
     play.add_argument("--lab-dir", type=Path, help="lab directory")
+    play.add_argument("--sign-key", type=Path, metavar="KEY",
+                      help="sign every journal and the record with this Ed25519 key "
+                           "(gameday audit keygen)")
     add_result_arguments(play)
 
     gate = commands.add_parser("gate", help="run a playbook as a release gate, or judge "
@@ -48,6 +51,8 @@ def add_commands(commands: Any) -> None:
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
+    gate.add_argument("--sign-key", type=Path, metavar="KEY",
+                      help="sign every journal and the record with this Ed25519 key")
     add_result_arguments(gate)
 
     schedule = commands.add_parser("schedule", help="a playbook's schedule as cron")
@@ -121,6 +126,7 @@ def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "Playbook
     results = publisher(args)
     result = play(playbook, console=console, journal_dir=args.journal_dir,
                   lab_dir=_lab_dir(args), on_summary=results.publish if results else None,
+                  sign_key=args.sign_key,
                   show_run=lambda outcome, out: print_run(outcome.journal,
                                                           outcome.journal_path, out))
     rows = [PlaybookRow(run.planned.name, run.planned.expect, run.outcome, run.as_expected,

@@ -151,10 +151,14 @@ ShowRun = Callable[[RunOutcome, TextIO], None]
 
 def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = None,
          journal_dir: Path | None = None, lab_dir: Path | None = None,
-         on_summary: Callable[[JournalSummary], None] | None = None) -> PlaybookRun:
+         on_summary: Callable[[JournalSummary], None] | None = None,
+         sign_key: Path | None = None) -> PlaybookRun:
     """Run a loaded playbook with live progress on ``console``; return what happened (the
     record is written too). ``on_summary`` is given each experiment's journal summary as
-    soon as it ran."""
+    soon as it ran; with ``sign_key`` every journal and the record are signed."""
+    from gameday.evidence import signing
+
+    private = signing.load_private(sign_key) if sign_key else None  # bad key: nothing runs
     stamp = _stamp()
     directory = (journal_dir or paths.journals_dir() / f"{stamp}-{playbook.slug}").absolute()
     planned = playbook.plan()
@@ -189,7 +193,7 @@ def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = Non
             for position, entry in enumerate(result.runs):
                 lines.start(f"{entry.planned.name} ({position + 1}/{len(planned)})")
                 _run_one(entry, playbook, directory, position, lab.lab_dir, lines, stamp,
-                         show_run)
+                         show_run, sign_key)
                 if on_summary is not None and entry.summary is not None:
                     on_summary(entry.summary)
                 progress.advance(overall)
@@ -208,17 +212,17 @@ def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = Non
             lab.release()
             result.ended_at = datetime.datetime.now(datetime.UTC).timestamp()
             result.record_path = directory / f"{stamp}-{playbook.slug}{RECORD_SUFFIX}"
-            write_journal(result.record_path, result.to_json())
+            write_journal(result.record_path, result.to_json(), private)
     return result
 
 
 def _run_one(entry: ExperimentRun, playbook: Playbook, directory: Path, position: int,
-             lab_dir: Path, lines: _ConsoleLines, stamp: str, show_run: ShowRun | None
-             ) -> None:
+             lab_dir: Path, lines: _ConsoleLines, stamp: str, show_run: ShowRun | None,
+             sign_key: Path | None = None) -> None:
     journal_path = directory / f"{stamp}-{position + 1:02d}-{entry.planned.name}.json"
     options = RunOptions(path=entry.planned.path, target=playbook.target,
                          journal_path=journal_path, variables=dict(entry.planned.variables),
-                         lab_dir=lab_dir, out=cast(TextIO, lines))
+                         lab_dir=lab_dir, out=cast(TextIO, lines), sign_key=sign_key)
     try:
         outcome = run(options)
     except GamedayError as exc:

@@ -55,7 +55,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "k8s"))
 
 import structlog  # noqa: E402
 
@@ -140,11 +139,11 @@ def main() -> None:
         return
 
     from chaoslib.activity import ensure_activity_is_valid, run_activity
-    from kube_standin import running_standin
 
     from gameday.engine import session as sessions
     from gameday.engine.fanout import FanoutOptions
     from gameday.targets.kubernetes.target import kubernetes_target
+    from tests.kubernetes.kube_standin import running_standin
 
     with tempfile.TemporaryDirectory(prefix="gdk8s-bench-") as tmp, running_standin() as api:
         state = Path(tmp)

@@ -1,8 +1,8 @@
-"""The client's HTTP/1.1: answers framed every way a server may frame them, read from
-real sockets, and a kept-alive connection that the server closed while it was idle."""
+"""The client's HTTP/1.1 (http.client): answers framed every way a server may frame
+them and malformed ones, read from real sockets on loopback, and a kept-alive connection
+that the server closed while it was idle."""
 
 import contextlib
-import io
 import json
 import socket
 import threading
@@ -11,52 +11,87 @@ from typing import Any
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
-from gameday.engine.agent_wire import MalformedAnswer, PeerClosed, read_answer, request_bytes
+from gameday.engine.agent_client import MAX_ANSWER_BYTES, AgentClient
 from gameday.errors import AgentError
 
 
-def answer(raw: bytes) -> tuple[int, bytes, bool]:
-    got = read_answer(io.BufferedReader(io.BytesIO(raw)))
-    return got.status, got.body, got.will_close
+@pytest.fixture
+def raw_server() -> Iterator[tuple[str, list[bytes]]]:
+    """A real TCP server on loopback that answers each connection's first request with
+    the next of the raw answers put in its list, then closes the connection."""
+    answers: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                if conn.recv(65536) and answers:
+                    conn.sendall(answers.pop(0))
+                    conn.shutdown(socket.SHUT_RDWR)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", answers
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
 
 
-def test_request_goes_out_whole() -> None:
-    data = request_bytes("POST", "h:1", "/v1/x", {"Accept": "application/json"}, b'{"a":1}')
-    assert data == (b"POST /v1/x HTTP/1.1\r\nHost: h:1\r\nAccept: application/json\r\n"
-                    b"Content-Length: 7\r\n\r\n{\"a\":1}")
-
-
-def test_answers_framed_by_length_chunks_or_close() -> None:
-    assert answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}") == (200, b"{}", False)
-    assert answer(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                  b"3;x=y\r\n{\"a\r\n4\r\n\":1}\r\n0\r\nTrailer: t\r\n\r\n") == \
-        (200, b'{"a":1}', False)
-    assert answer(b"HTTP/1.0 200 OK\r\n\r\n{\"until\": \"close\"}") == \
-        (200, b'{"until": "close"}', True)
-    assert answer(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\n"
-                  b"Connection: close\r\nContent-Length: 0\r\n\r\n") == (404, b"", True)
-    assert answer(b"HTTP/1.0 204 No Content\r\nConnection: keep-alive\r\n\r\n") == \
-        (204, b"", False)
+@pytest.mark.parametrize(("raw", "status", "body"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}", 200, {"a": 1}),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+     b"3;x=y\r\n{\"a\r\n4\r\n\":1}\r\n0\r\nTrailer: t\r\n\r\n", 200, {"a": 1}),
+    (b"HTTP/1.0 200 OK\r\n\r\n{\"until\": \"close\"}", 200, {"until": "close"}),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nConnection: close\r\n"
+     b"Content-Length: 19\r\n\r\n{\"error\":\"no such\"}", 404, None),
+])
+def test_answers_framed_by_length_chunks_or_close(
+        raw_server: tuple[str, list[bytes]], raw: bytes, status: int,
+        body: dict[str, Any] | None) -> None:
+    url, answers = raw_server
+    answers.append(raw)
+    with AgentClient(url, "token", timeout_s=2) as client:
+        if body is not None:
+            assert client._call("GET", "/healthz") == body
+        else:
+            with pytest.raises(AgentError, match="-> 404: no such") as caught:
+                client._call("GET", "/healthz")
+            assert caught.value.status == status
 
 
 @pytest.mark.parametrize("raw", [
     b"SMTP ready\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort",
-    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Length: 2",
+    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_ANSWER_BYTES + 1),
 ])
-def test_malformed_answers_are_refused(raw: bytes) -> None:
-    with pytest.raises(MalformedAnswer):
-        answer(raw)
+def test_malformed_answers_are_refused(raw_server: tuple[str, list[bytes]],
+                                       raw: bytes) -> None:
+    url, answers = raw_server
+    answers.append(raw)
+    with AgentClient(url, "token", timeout_s=2) as client, \
+            pytest.raises(AgentError, match="malformed answer") as caught:
+        client.health()
+    assert caught.value.status is None
 
 
-def test_nothing_at_all_means_the_peer_closed() -> None:
-    with pytest.raises(PeerClosed):
-        answer(b"")
+def test_a_connection_closed_before_any_answer_is_a_failure_without_status(
+        raw_server: tuple[str, list[bytes]]) -> None:
+    url, _ = raw_server  # no answers: each connection is closed unanswered
+    with AgentClient(url, "token", timeout_s=2) as client, \
+            pytest.raises(AgentError, match="connection failed") as caught:
+        client.health()
+    assert caught.value.status is None
 
 
 @pytest.fixture

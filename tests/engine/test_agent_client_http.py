@@ -15,11 +15,11 @@ from gameday.engine.agent_client import MAX_ANSWER_BYTES, AgentClient
 from gameday.errors import AgentError
 
 
-@pytest.fixture
-def raw_server() -> Iterator[tuple[str, list[bytes]]]:
-    """A real TCP server on loopback that answers each connection's first request with
-    the next of the raw answers put in its list, then closes the connection."""
-    answers: list[bytes] = []
+@contextlib.contextmanager
+def first_request_server(answer: Callable[[bytes], bytes | None]) -> Iterator[str]:
+    """A real TCP server on loopback that reads each connection's FIRST request, sends
+    ``answer(request)`` (nothing for ``None``) and closes the connection without saying
+    so (as an agent does with an idle keep-alive connection); yields its URL."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -31,18 +31,29 @@ def raw_server() -> Iterator[tuple[str, list[bytes]]]:
             except TimeoutError:
                 continue
             with conn, contextlib.suppress(OSError):
-                if conn.recv(65536) and answers:
-                    conn.sendall(answers.pop(0))
+                request = conn.recv(65536)
+                raw = answer(request) if request else None  # empty: the client went away
+                if raw is not None:
+                    conn.sendall(raw)
                     conn.shutdown(socket.SHUT_RDWR)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", answers
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         stop.set()
         thread.join()
         listener.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[tuple[str, list[bytes]]]:
+    """:func:`first_request_server` answering with the next of the raw answers put in its
+    list (none left: the connection is closed unanswered)."""
+    answers: list[bytes] = []
+    with first_request_server(lambda _: answers.pop(0) if answers else b"") as url:
+        yield url, answers
 
 
 @pytest.mark.parametrize(("raw", "status", "body"), [
@@ -96,38 +107,16 @@ def test_a_connection_closed_before_any_answer_is_a_failure_without_status(
 
 @pytest.fixture
 def one_shot_server() -> Iterator[tuple[str, list[bytes]]]:
-    """A real HTTP server on loopback that answers each connection's FIRST request,
-    then closes it (as an agent does with an idle keep-alive connection)."""
+    """:func:`first_request_server` answering ``{"ok": true, "n": <requests seen>}``."""
     seen: list[bytes] = []
-    listener = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
 
-    def serve() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                request = conn.recv(65536)
-                if not request:
-                    continue  # the client went away first
-                seen.append(request)
-                body = json.dumps({"ok": True, "n": len(seen)}).encode()
-                with contextlib.suppress(OSError):
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(body), body))
-                    conn.shutdown(socket.SHUT_RDWR)  # no "Connection: close": it just goes
+    def answer(request: bytes) -> bytes:
+        seen.append(request)
+        body = json.dumps({"ok": True, "n": len(seen)}).encode()
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
+    with first_request_server(answer) as url:
+        yield url, seen
 
 
 def test_a_request_on_a_connection_the_server_closed_is_sent_again(

@@ -7,6 +7,7 @@ answers) with the :mod:`json` encoder.
 """
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,6 @@ from typing import Any, Final
 
 from gameday.agent.backend import FaultRequest
 from gameday.agent.protocol import MINIMAL_FIELDS, REVERT_REASONS, Outcome, RevertReason
-from gameday.cachedattr import cached_attribute
 from gameday.errors import AgentError
 
 __all__ = ["Fault", "new_fault_ids", "new_faults", "plain_details"]
@@ -51,7 +51,7 @@ class Fault:
     def active(self) -> bool:
         return self.reverted_at is None
 
-    @cached_attribute
+    @functools.cached_property
     def request(self) -> FaultRequest:
         """The request the backend applied (and is given again to revert)."""
         return FaultRequest(self.kind, self.target, self.params)

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from gameday.agent.backend import FaultRequest
-from gameday.cachedattr import construct
 from gameday.errors import InvalidInput
 
 __all__ = [
@@ -152,8 +151,7 @@ def parse_inject(body: object) -> tuple[FaultRequest, float]:
     target = _json_object(obj["target"], "target")
     params = _json_object(obj.get("params", {}), "params")
     lease_s = check_lease(obj["lease_s"])
-    # made without the frozen dataclass's __init__: once per item of a batch
-    return construct(FaultRequest, {"kind": kind, "target": target, "params": params}), lease_s
+    return FaultRequest(kind, target, params), lease_s
 
 
 def parse_renew(body: object) -> float | None:

@@ -7,6 +7,7 @@ it with a ``stat`` per request (:class:`GpuStateWatcher`), re-reading only when 
 was replaced, and picks its GPU's entry. A :class:`GpuState` is immutable.
 """
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -16,7 +17,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gameday.cachedattr import copy_with
 from gameday.lab.files import read_json, write_atomic
 
 __all__ = [
@@ -80,11 +80,11 @@ class GpuState:
         return f"{self.node}/gpu{self.index}"
 
     def with_values(self, changes: Mapping[str, Any]) -> "GpuState":
-        """A copy with ``changes`` (field name to value); much cheaper than
-        :func:`dataclasses.replace`, and as strict about unknown names (``TypeError``)."""
+        """A copy with ``changes`` (field name to value); ``TypeError`` for a name that
+        is no field."""
         if not changes.keys() <= GPU_FIELDS:
             raise TypeError(f"GpuState has no field {min(changes.keys() - GPU_FIELDS)!r}")
-        return copy_with(self, changes, stale=())
+        return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         """Every field by name (plain values: no deep copy, as ``asdict`` makes, needed)."""

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from gameday.agent.backend import FaultRequest
-from gameday.cachedattr import construct
 from gameday.errors import InvalidInput
 
 __all__ = [
@@ -160,9 +159,7 @@ def parse_inject(body: object) -> tuple[FaultRequest, float]:
     run = obj.get("run", "")
     if not isinstance(run, str):
         raise InvalidInput(f"run must be a string, got {_json_type(run)}")
-    # made without the frozen dataclass's __init__: once per item of a batch
-    return construct(FaultRequest, {"kind": kind, "target": target, "params": params,
-                                    "run": run}), lease_s
+    return FaultRequest(kind, target, params, run), lease_s
 
 
 def parse_renew(body: object) -> float | None:

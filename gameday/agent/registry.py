@@ -11,10 +11,9 @@ reverts it, so only one thread ever reverts a fault; others wait for it to finis
 A fault is written to the state file (``applying``) before the backend applies it, so
 a crash at any point leaves nothing applied that the next start does not revert.
 
-A :class:`Fault` (:mod:`gameday.agent.fault`, re-exported here) is immutable and makes
-its JSON text once; the state file is put together from these texts. A batch reads
-its fault ids from the OS's randomness once, encodes its faults' texts and details
-with one encoder call each, checks its conflicts with a dict lookup per fault
+A :class:`Fault` (:mod:`gameday.agent.fault`, re-exported here) is immutable. A batch
+reads its fault ids from the OS's randomness once, is saved with one state write before
+the backend applies it and one after, checks its conflicts with a dict lookup per fault
 (:class:`gameday.agent.conflicts.TargetIndex`), counts its metrics once per kind, and
 builds no log event per fault that the logger would not write.
 """
@@ -26,23 +25,16 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import structlog
 
 from gameday.agent.backend import Backend, FaultRequest, backend_batch
 from gameday.agent.conflicts import TargetIndex, first_holder
-from gameday.agent.fault import (
-    Fault,
-    KeptDetails,
-    keep_details,
-    new_fault_ids,
-    new_faults,
-    plain_details,
-)
+from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
-from gameday.agent.state import StateFile, with_state
+from gameday.agent.state import StateFile
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
 from gameday.logs import writes_info
@@ -267,8 +259,7 @@ class FaultRegistry:
             raise
         with self._cond:
             now = self._clock.now()
-            [plain] = plain_details([keep_details(details)])
-            entry.fault = fault.as_applied(now, plain)
+            entry.fault = fault.as_applied(now, plain_details(details))
             entry.state = "active"
             self._save(strict=False)
             self._cond.notify_all()
@@ -333,18 +324,17 @@ class FaultRegistry:
                 for entry in entries:
                     del self._live[entry.fault.id]
                 raise
-        kept: list[KeptDetails] = []  # each item's details, made plain once for the batch
+        details: list[dict[str, Any]] = []  # each item's, as plain JSON
         with backend_batch(self.backend):  # the backend may publish once for the batch
             for index, entry in enumerate(entries):
                 try:
-                    kept.append(keep_details(self.backend.apply(entry.fault.id,
-                                                                entry.fault.request)))
+                    details.append(plain_details(self.backend.apply(entry.fault.id,
+                                                                    entry.fault.request)))
                 except BaseException as exc:
                     rejected = self._undo_batch(entries, index, exc)
                     if isinstance(exc, Exception):
                         raise rejected from exc
                     raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
-        details = plain_details(kept)
         with self._cond:
             now = self._clock.now()
             for entry, detail in zip(entries, details, strict=True):
@@ -723,7 +713,7 @@ class FaultRegistry:
         """Under the lock: write the live faults to the state file. ``strict`` raises a
         failure as :class:`AgentError` (its caller reports it); otherwise it is logged
         and the next change writes the file again."""
-        records = [with_state(e.fault.encoded, e.state) for e in self._live.values()]
+        records = [{**e.fault.to_json(), "state": e.state} for e in self._live.values()]
         try:
             self._state.save(records, node=self.node, saved_at=self._clock.now())
         except OSError as exc:

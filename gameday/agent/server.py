@@ -39,7 +39,6 @@ from gameday.agent import openapi
 from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.audit import AuditTrail
 from gameday.agent.backend import Backend
-from gameday.agent.fault import strict_json
 from gameday.agent.httphead import BadRequestHead, read_request_head
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
@@ -128,30 +127,21 @@ def _json_reply(status: int, payload: object) -> _Reply:
 
 
 def _fault_reply(status: int, fault: Fault) -> _Reply:
-    """One fault as the answer, its JSON text as made once (:attr:`Fault.encoded`)."""
-    if not strict_json(fault.encoded):
-        return _json_reply(status, fault.to_json())  # raises for NaN, as any answer
-    return _Reply(status, f"{fault.encoded}\n".encode())
+    """One fault as the answer (raises for NaN, as any answer)."""
+    return _json_reply(status, fault.to_json())
 
 
 def _faults_reply(status: int, faults: list[Fault], failed: list[dict[str, Any]] | None = None,
                   *, minimal: Outcome | None = None) -> _Reply:
-    """``{"faults": [...]}`` (with ``"failed"`` if given) put together from the faults'
-    JSON texts (:attr:`Fault.encoded`) rather than encoded again; ``minimal``: each fault
-    as a minimal answer shows it after that outcome (:meth:`Fault.minimal_json`), with
-    ``Preference-Applied``."""
-    if minimal is None:
-        texts = ",".join([fault.encoded for fault in faults])
-    else:
-        texts = ",".join([fault.minimal_json(minimal) for fault in faults])
-    headers = None if minimal is None else _MINIMAL_APPLIED
-    if not strict_json(texts):  # raises for NaN, as any answer
-        payload: dict[str, Any] = {"faults": [
-            fault.to_json() if minimal is None else fault.minimal(minimal) for fault in faults]}
-        reply = _json_reply(status, payload if failed is None else {**payload, "failed": failed})
-        return reply._replace(headers=headers)
-    tail = "" if failed is None else f',"failed":{_ANSWER_ENCODER.encode(failed)}'
-    return _Reply(status, f'{{"faults":[{texts}]{tail}}}\n'.encode(), headers=headers)
+    """``{"faults": [...]}`` (with ``"failed"`` if given); ``minimal``: each fault as a
+    minimal answer shows it after that outcome (:meth:`Fault.minimal`), with
+    ``Preference-Applied``. Raises for NaN, as any answer."""
+    payload: dict[str, Any] = {"faults": [
+        fault.to_json() if minimal is None else fault.minimal(minimal) for fault in faults]}
+    if failed is not None:
+        payload["failed"] = failed
+    reply = _json_reply(status, payload)
+    return reply if minimal is None else reply._replace(headers=_MINIMAL_APPLIED)
 
 
 class AgentServer:

@@ -6,38 +6,23 @@ over the old file with :func:`os.replace`, and the directory is fsynced
 (:func:`gameday.atomic.replace_file`; the directory is kept open between saves, until
 :meth:`StateFile.close`).
 
-Each fault is saved as its JSON object (:attr:`gameday.agent.fault.Fault.encoded`) with
-the ``state`` of its entry (``applying``, ``active``, ``reverting``) added at the end
-(:func:`with_state`); the file is put together from these texts, not encoded again.
+Each fault is saved as its JSON object (:meth:`gameday.agent.fault.Fault.to_json`) with
+the ``state`` of its entry (``applying``, ``active``, ``reverting``) added at the end.
 """
 
 import json
 import pathlib
-from collections.abc import Sequence
-from json.encoder import encode_basestring_ascii
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gameday.atomic import DirectorySync, replace_file
 from gameday.errors import AgentError
-from gameday.jsontext import scalar_json
 
-__all__ = ["STATE_VERSION", "StateFile", "with_state"]
+__all__ = ["STATE_VERSION", "StateFile"]
 
 STATE_VERSION: Final = 1
 
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))  # compact: the C encoder
-
-
-#: The text added for each state an entry can be in (any other is encoded).
-_STATE_TAILS: Final = {state: f',"state":{_ENCODER.encode(state)}}}'
-                       for state in ("applying", "active", "reverting")}
-
-
-def with_state(fault_json: str, state: str) -> str:
-    """A fault's JSON object (text, with at least one key) with ``"state": state`` added
-    as its last key."""
-    tail = _STATE_TAILS.get(state) or f',"state":{_ENCODER.encode(state)}}}'
-    return f"{fault_json[:-1]}{tail}"
 
 
 class StateFile:
@@ -72,12 +57,12 @@ class StateFile:
                 "and remove the file to start") from None
         return faults
 
-    def save(self, faults: Sequence[str], *, node: str, saved_at: float) -> None:
-        """Replace the file's content atomically with ``faults``, each a JSON object as
-        text (:func:`with_state`)."""
-        saved = scalar_json(saved_at) or _ENCODER.encode(saved_at)
-        payload = (f'{{"version":{STATE_VERSION},"node":{encode_basestring_ascii(node)},'
-                   f'"saved_at":{saved},"faults":[{",".join(faults)}]}}')
+    def save(self, faults: Sequence[Mapping[str, Any]], *, node: str, saved_at: float
+             ) -> None:
+        """Replace the file's content atomically with ``faults`` (fault dicts, each with
+        its entry's ``state``)."""
+        payload = _ENCODER.encode({"version": STATE_VERSION, "node": node,
+                                   "saved_at": saved_at, "faults": faults})
         replace_file(self.path, payload.encode("utf-8"), mode=0o600, durable=True,
                      directory=self._directory)
 

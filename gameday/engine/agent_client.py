@@ -5,10 +5,12 @@ the agent and carrying the agent's own error text; ``status`` is the HTTP status
 ``None`` when the agent could not be reached or did not answer in time. A renew of a
 fault the agent already reverted raises :class:`LeaseLost`.
 
-Every request is an :class:`Exchange`: sent, then its answer read. The plain methods do
-both at once; the ``start_*`` methods return the exchange once the request is sent, so
-that one thread can have a request in flight to many agents and read each answer when
-its socket becomes readable (:mod:`gameday.engine.fanout`).
+The connection is :mod:`http.client`'s (``HTTPConnection``, ``HTTPSConnection`` for an
+``https`` agent), kept alive between requests. Every request is an :class:`Exchange`:
+sent, then its answer read. The plain methods do both at once; the ``start_*`` methods
+return the exchange once the request is sent, so that one thread can have a request in
+flight to many agents and read each answer when its socket becomes readable
+(:mod:`gameday.engine.fanout`).
 
 The batch calls take ``minimal=True`` to ask for minimal faults in the answer
 (``Prefer: return=minimal``): each fault then carries only what the agent set
@@ -19,7 +21,6 @@ ignores the preference answers whole faults, which hold those fields too.
 
 import http.client
 import json
-import socket
 import ssl
 import threading
 import time
@@ -29,12 +30,15 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
 from gameday.agent.protocol import MAX_BATCH_ITEMS, PREFER_MINIMAL
-from gameday.engine.agent_wire import MalformedAnswer, PeerClosed, read_answer, request_bytes
 from gameday.errors import AgentError
 
-__all__ = ["AgentClient", "BatchFailed", "BatchResult", "Exchange", "LeaseLost"]
+__all__ = ["MAX_ANSWER_BYTES", "AgentClient", "BatchFailed", "BatchResult", "Exchange",
+           "LeaseLost"]
 
 T = TypeVar("T")
+
+#: The largest answer body the client reads; a larger one is a malformed answer.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 #: Request bodies: compact JSON (ASCII, so any agent reads it), encoded without the check
 #: for circular references (bodies are made of JSON-like values: a cycle would be a
@@ -76,8 +80,10 @@ class BatchResult:
 
 
 # A request on a kept-alive connection that the agent had already closed fails with
-# one of these before the agent saw it; it is sent again once on a new connection.
-_STALE_CONNECTION = (PeerClosed, BrokenPipeError, ConnectionResetError)
+# one of these before the agent saw it (http.client.RemoteDisconnected, the connection
+# closed before an answer began, is a ConnectionResetError); it is sent again once on a
+# new connection.
+_STALE_CONNECTION = (BrokenPipeError, ConnectionResetError)
 
 
 class AgentClient:
@@ -101,10 +107,8 @@ class AgentClient:
         self._token = token
         self._tls = tls
         self._lock = threading.Lock()
-        self._host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
-        self._sock: socket.socket | None = None
-        self._rfile: Any = None  # the connection's buffered reader
-        self._conn_used = False
+        self._conn: http.client.HTTPConnection | None = None
+        self._conn_used = False  # an answer was read on the connection's socket
 
     def __repr__(self) -> str:
         return f"AgentClient({self.url!r})"
@@ -286,30 +290,27 @@ class AgentClient:
             raise _Refused(message, status=status, answer=answer)
         raise AgentError(message, status=status)
 
-    def _connection(self) -> socket.socket:
-        """The kept-alive connection, opened (and, for https, wrapped) when there is none."""
-        if self._sock is None:
-            default = 443 if self._parts.scheme == "https" else 80
-            sock = socket.create_connection((self._parts.hostname or "",
-                                             self._parts.port or default), self.timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def _connection(self) -> http.client.HTTPConnection:
+        """The kept-alive connection (its socket is opened by the request that finds it
+        closed); for an ``https`` agent, TLS with the connection's ``ssl.SSLContext``."""
+        if self._conn is None:
+            host, port = self._parts.hostname or "", self._parts.port
             if self._parts.scheme == "https":
-                context = self._tls or ssl.create_default_context()
-                try:
-                    sock = context.wrap_socket(sock, server_hostname=self._parts.hostname)
-                except BaseException:
-                    sock.close()
-                    raise
-            self._sock, self._rfile = sock, sock.makefile("rb")
-            self._conn_used = False
-        return self._sock
+                self._conn = http.client.HTTPSConnection(
+                    host, port, timeout=self.timeout_s,
+                    context=self._tls or ssl.create_default_context())
+            else:
+                self._conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
+        return self._conn
+
+    def _socket_open(self) -> bool:
+        return self._conn is not None and self._conn.sock is not None
 
     def _drop(self) -> None:
-        if self._sock is not None:
-            self._rfile.close()
-            self._sock.close()
-            self._sock = self._rfile = None
-            self._conn_used = False
+        """Close the connection's socket (the next request opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn_used = False
 
 
 class Exchange(Generic[T]):
@@ -341,7 +342,8 @@ class Exchange(Generic[T]):
 
     def fileno(self) -> int:
         """The socket the answer arrives on (for ``selectors``), or -1 if there is none."""
-        sock = self.client._sock
+        conn = self.client._conn
+        sock = None if conn is None else conn.sock
         return sock.fileno() if sock is not None else -1
 
     def send(self) -> None:
@@ -387,11 +389,10 @@ class Exchange(Generic[T]):
     def _send_once(self) -> None:
         client = self.client
         method, path, payload, headers = self._request
-        data = request_bytes(method, client._host, path, headers, payload)
         for attempt in (1, 2):
-            self._reused = client._sock is not None and client._conn_used
-            try:
-                client._connection().sendall(data)
+            self._reused = client._socket_open() and client._conn_used
+            try:  # the request line, headers and body go out in one write
+                client._connection().request(method, path, payload, headers)
             except _STALE_CONNECTION as exc:
                 client._drop()
                 if self._reused and attempt == 1:
@@ -399,7 +400,7 @@ class Exchange(Generic[T]):
                 raise self._failure(exc) from None
             except BaseException as exc:
                 client._drop()
-                if isinstance(exc, OSError):
+                if isinstance(exc, OSError | http.client.HTTPException):
                     raise self._failure(exc) from None
                 raise
             self.deadline = time.monotonic() + client.timeout_s
@@ -432,7 +433,8 @@ class Exchange(Generic[T]):
         retry = self._reused  # a kept-alive connection the agent had closed: once, anew
         while True:
             try:
-                answer = read_answer(client._rfile)
+                response = client._connection().getresponse()
+                body = _body(response)
             except _STALE_CONNECTION as exc:
                 client._drop()
                 if not retry:
@@ -440,13 +442,13 @@ class Exchange(Generic[T]):
                 retry = False
                 self._send_once()  # on a new connection
                 continue
-            except (OSError, MalformedAnswer) as exc:
+            except (OSError, http.client.HTTPException) as exc:
                 client._drop()
                 raise self._failure(exc) from None
             client._conn_used = True
-            if answer.will_close:
+            if response.will_close or not response.isclosed():
                 client._drop()
-            return answer.status, answer.body
+            return response.status, body
 
     def _failure(self, exc: BaseException) -> AgentError:
         if isinstance(exc, TimeoutError):
@@ -455,8 +457,8 @@ class Exchange(Generic[T]):
             return AgentError(f"{self.where}: cannot connect (connection refused)")
         if isinstance(exc, _STALE_CONNECTION):
             return AgentError(f"{self.where}: connection failed ({_describe(exc)})")
-        if isinstance(exc, MalformedAnswer):
-            return AgentError(f"{self.where}: malformed answer ({exc})")
+        if isinstance(exc, http.client.HTTPException):
+            return AgentError(f"{self.where}: malformed answer ({_describe(exc)})")
         return AgentError(f"{self.where}: cannot reach the agent ({_describe(exc)})")
 
     def _release(self) -> None:
@@ -473,6 +475,19 @@ class _Refused(AgentError):
         self.message = message
         self.answer = answer
         super().__init__(message, status=status)
+
+
+def _body(response: http.client.HTTPResponse) -> bytes:
+    """The answer's body, all of it (framed by ``Content-Length``, by chunks or by the
+    end of the connection), at most :data:`MAX_ANSWER_BYTES`."""
+    if response.length is not None:
+        if response.length > MAX_ANSWER_BYTES:
+            raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+        return response.read()  # raises IncompleteRead if the connection ends early
+    body = response.read(MAX_ANSWER_BYTES + 1)
+    if len(body) > MAX_ANSWER_BYTES:
+        raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+    return body
 
 
 def _check_size(count: int) -> None:

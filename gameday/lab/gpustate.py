@@ -4,11 +4,10 @@ A node publishes every GPU's state, and its backend's fault records, in one file
 ``<state_dir>/gpus.json`` (``{"gpus": [GpuState...], "faults": {...}}``), replaced
 atomically once per change (once per batch of changes). A shard bound to one GPU follows
 it with a ``stat`` per request (:class:`GpuStateWatcher`), re-reading only when the file
-was replaced, and picks its GPU's entry. A :class:`GpuState` is immutable and encodes
-its JSON once (:attr:`GpuState.encoded`), so a publish encodes only the GPUs that changed
-(and a changed GPU's text is mostly its old one with the changed values put in).
+was replaced, and picks its GPU's entry. A :class:`GpuState` is immutable.
 """
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -18,8 +17,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gameday.cachedattr import cached_attribute, copy_with
-from gameday.jsontext import encode_objects, with_scalars
 from gameday.lab.files import read_json, write_atomic
 
 __all__ = [
@@ -58,8 +55,8 @@ def gpu_uuid(node: str, index: int) -> str:
 
 @dataclass(frozen=True)
 class GpuState:
-    """What a node knows about one of its virtual GPUs (never changed in place: the JSON
-    text cached on it relies on that; copy with :meth:`with_values`)."""
+    """What a node knows about one of its virtual GPUs (never changed in place: copy
+    with :meth:`with_values`)."""
 
     node: str
     index: int
@@ -83,37 +80,19 @@ class GpuState:
         return f"{self.node}/gpu{self.index}"
 
     def with_values(self, changes: Mapping[str, Any]) -> "GpuState":
-        """A copy with ``changes`` (field name to value); much cheaper than
-        :func:`dataclasses.replace`, and as strict about unknown names (``TypeError``).
-        If this state's text is made, the copy's is this one with the changed values
-        put in (:func:`gameday.jsontext.with_scalars`), where that can be done."""
+        """A copy with ``changes`` (field name to value); ``TypeError`` for a name that
+        is no field."""
         if not changes.keys() <= GPU_FIELDS:
             raise TypeError(f"GpuState has no field {min(changes.keys() - GPU_FIELDS)!r}")
-        text = self.__dict__.get("encoded")
-        spliced = None if text is None else with_scalars(text, changes)
-        if spliced is None:
-            return copy_with(self, changes, stale=("encoded",))
-        return copy_with(self, {**changes, "encoded": spliced}, stale=())
+        return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         """Every field by name (plain values: no deep copy, as ``asdict`` makes, needed)."""
-        values = dict(vars(self))
-        values.pop("encoded", None)  # the cached text is no field
-        return values
-
-    @cached_attribute
-    def encoded(self) -> str:
-        """:meth:`to_json` as compact JSON text, made once for this state."""
-        return _ENCODER.encode(self.to_json())
+        return dict(vars(self))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "GpuState":
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-
-def _encode_states(states: list[GpuState]) -> list[str]:
-    """Each state's :attr:`GpuState.encoded`, with one encoder call for them all."""
-    return encode_objects(_ENCODER, [state.to_json() for state in states])
 
 
 #: The names of :class:`GpuState`'s fields.
@@ -146,12 +125,8 @@ class NodeState:
 
 def publish_node_state(state_dir: Path, gpus: Sequence[GpuState],
                        faults: dict[str, Any]) -> None:
-    """Publish every GPU's state and the fault records atomically, in one file (put
-    together from each GPU's :attr:`GpuState.encoded`: only changed GPUs are encoded,
-    with one encoder call for them all; no records, no encoder call)."""
-    texts = GpuState.encoded.many(gpus, _encode_states)
-    records = _ENCODER.encode(faults) if faults else "{}"
-    payload = f'{{"gpus":[{",".join(texts)}],"faults":{records}}}'
+    """Publish every GPU's state and the fault records atomically, in one file."""
+    payload = _ENCODER.encode({"gpus": [gpu.to_json() for gpu in gpus], "faults": faults})
     write_atomic(node_state_path(state_dir), payload)
 
 

@@ -264,11 +264,12 @@ def test_client_errors_name_the_agent(agent: AgentServer) -> None:
 def test_client_reconnects_after_the_agent_closes_the_connection(
         agent: AgentServer, client: AgentClient) -> None:
     assert client.faults() == []
-    sock = client._sock
+    assert client._conn is not None
+    sock = client._conn.sock
     assert sock is not None
     sock.shutdown(socket.SHUT_RDWR)  # as if the agent had dropped the idle connection
     assert client.faults() == []
-    assert client._sock is not sock
+    assert client._conn.sock is not None and client._conn.sock is not sock
 
 
 def test_timeout_is_agent_error_without_status(tmp_path: pathlib.Path) -> None:

@@ -20,8 +20,8 @@ def open_fds() -> set[int]:
 def test_a_save_writes_what_the_encoder_writes_for_whichever_node(tmp_path: pathlib.Path
                                                                    ) -> None:
     state = StateFile(tmp_path / "agent.json")
-    state.save(['{"id":"f-1"}'], node="n\u00e9-1", saved_at=12.5)
-    state.save(['{"id":"f-1"}', '{"id":"f-2"}'], node='n"2', saved_at=13.0)
+    state.save([{"id": "f-1"}], node="n\u00e9-1", saved_at=12.5)
+    state.save([{"id": "f-1"}, {"id": "f-2"}], node='n"2', saved_at=13.0)
     text = state.path.read_text()
     assert text == json.dumps({"version": 1, "node": 'n"2', "saved_at": 13.0,
                                "faults": [{"id": "f-1"}, {"id": "f-2"}]},

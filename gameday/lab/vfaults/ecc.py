@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gameday.cachedattr import construct
 from gameday.errors import FaultRejected
 from gameday.lab.gpustate import GpuState
 from gameday.lab.vfaults.base import (
@@ -77,6 +76,5 @@ class EccFault:
         if count == 0 and xid is None and not corrupt:
             raise FaultRejected(f"{self.kind}: parameter 'count' may be 0 only with 'xid' or "
                                 "'corrupt_weights' (it would change nothing)")
-        # made without the frozen dataclass's __init__: once per fault of a batch
-        return construct(EccChange, {"gpu": gpu, "ecc_kind": ecc_kind, "count": count,
-                                     "xid": xid, "corrupt_weights": corrupt})
+        return EccChange(gpu=gpu, ecc_kind=ecc_kind, count=count, xid=xid,
+                         corrupt_weights=corrupt)

@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 
 from gameday.agent.backend import FaultRequest
 from gameday.cachedattr import construct
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, first_line
 
 __all__ = [
     "LEASE_MAX_S",
@@ -91,8 +91,7 @@ def decode_body(raw: bytes) -> Any:
         return _BODY_DECODER.decode(text)
     except (UnicodeDecodeError, ValueError) as exc:
         # json.JSONDecodeError is a ValueError; keep only its first line.
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidInput(f"body is not valid JSON: {first_line}") from None
+        raise InvalidInput(f"body is not valid JSON: {first_line(exc)}") from None
 
 
 def check_lease(value: object, *, field: str = "lease_s") -> float:

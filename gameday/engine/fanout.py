@@ -58,7 +58,7 @@ from tenacity import RetryCallState, Retrying, wait_exponential
 from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.engine import signals
 from gameday.engine.agent_client import BatchFailed, BatchResult, Exchange
-from gameday.errors import AgentError, GamedayError
+from gameday.errors import AgentError, GamedayError, first_line
 from gameday.evidence.ledger import FaultEntry
 from gameday.safety.locks import TargetLocked
 from gameday.targets.base import GpuRef
@@ -370,10 +370,6 @@ def _one_failed(batch: Sequence["InjectRequest"], position: int, exc: BaseExcept
     return [exc if i == position else why for i in range(len(batch))]
 
 
-def _error_text(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
 
 def inject_gpus(session: "Session", gpus: Sequence["GpuRef"], *, kind: str,
                 params: Mapping[str, Any], action: str = "", lease_s: float | None = None,
@@ -444,7 +440,7 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
         report = FanoutReport(results=[
             TargetResult(node=o.job.node, target=dict(o.job.target), ok=o.error is None,
                          attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
-                         error=None if o.error is None else _error_text(o.error))
+                         error=None if o.error is None else first_line(o.error))
             for o in outcomes])
         report.rollback_failures = revert_entries(session, entries, "fanout-partial-failure",
                                                   options)
@@ -501,7 +497,7 @@ def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]]
         entry = outcome.job
         if outcome.error is not None:
             failures.append(f"{entry.kind} {entry.id} on {entry.node}: "
-                            f"{_error_text(outcome.error)}")
+                            f"{first_line(outcome.error)}")
             continue
         done.append(outcome.value)  # (id, reverted_at, reason), as its batch recorded it
         events.append({"id": entry.id, "kind": entry.kind, "at": outcome.value[1]})

@@ -49,7 +49,7 @@ from typing import Any, TextIO
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.agent_client import AgentClient
-from gameday.errors import AgentError, GamedayError
+from gameday.errors import AgentError, GamedayError, first_line
 from gameday.evidence.ledger import FaultEntry, append_event, read_ledger
 from gameday.safety.locks import runs_holding_locks
 from gameday.safety.targetconfig import TargetConfig
@@ -249,7 +249,7 @@ def _revert_kubernetes(fault: dict[str, Any], api: _KubernetesApi, source: str,
     try:
         reverted_at, reason = route.revert(_entry(fault))
     except (GamedayError, HTTPError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         node = str(fault.get("node", ""))
         if _node_missing(route, node):
             _unreachable(fault, f"{source}, via kubernetes", f"node {node} does not exist in "

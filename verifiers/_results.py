@@ -7,14 +7,10 @@ from chaoslib.exceptions import ActivityFailed
 
 from gameday.engine.session import current
 from gameday.engine.verdicts import VerifierResult
+from gameday.errors import one_line
 
 log = structlog.get_logger("verifiers")
 
-
-def one_line(text: str, limit: int = 400) -> str:
-    """``text`` on one line, shortened to ``limit`` characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def record(verifier: str, passed: bool | None, measurement: dict[str, Any],

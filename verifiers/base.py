@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.httpjson import get_json
+from gameday.httpclient import get_json
 
 __all__ = ["GpuState", "HttpPlacementSource", "LabPlacementSource", "Placement",
            "PlacementError", "PlacementEvent", "PlacementSource", "ShardPlacement",

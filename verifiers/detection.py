@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gameday.engine.session import Session
-from gameday.errors import GamedayError
+from gameday.errors import GamedayError, one_line
 from verifiers._promql import PromQL, prometheus_url_of
-from verifiers._results import one_line
 from verifiers.base import PlacementSource, gpu_label, placement_source
 
 __all__ = ["DETECTION_EVENTS", "Detection", "DetectionSignal", "PlacementDetection",

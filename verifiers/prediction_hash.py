@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gameday.engine.session import current
-from gameday.errors import GamedayError
-from verifiers._http import HttpRequest, send
-from verifiers._results import fail, one_line, record
+from gameday.errors import GamedayError, one_line
+from gameday.httpclient import HttpRequest, send
+from verifiers._results import fail, record
 from verifiers.canonical import OutputsError, as_array, digest, first_difference
 from verifiers.inputs import inputs_key, resolve_inputs
 from verifiers.templates import DEFAULT_TEMPLATE, render, select

@@ -16,7 +16,7 @@ from typing import Any
 
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput, TargetUnavailable
-from gameday.httpjson import get_json
+from gameday.httpclient import get_json
 
 TARGET_KINDS = ("lab", "host", "kubernetes", "none")
 

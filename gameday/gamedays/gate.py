@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from gameday.evidence.journal import atomic_write
+from gameday.atomic import replace_file
 from gameday.gamedays.costs import CostProjection, percentile, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, Playbook
@@ -303,6 +303,7 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
 def write_outputs(verdict: GateVerdict, runs: Sequence[ExperimentRun], *,
                   junit: Path | None, summary: Path | None, command: str = "") -> None:
     if junit is not None:
-        atomic_write(junit, junit_xml(verdict))
+        replace_file(junit, junit_xml(verdict), mode=0o600, durable=True)
     if summary is not None:
-        atomic_write(summary, markdown_summary(verdict, runs, command).encode())
+        replace_file(summary, markdown_summary(verdict, runs, command).encode(), mode=0o600,
+                     durable=True)

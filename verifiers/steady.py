@@ -11,6 +11,7 @@ from typing import Any
 from gameday.engine.session import current
 from gameday.errors import GamedayError, one_line
 from gameday.httpclient import send
+from gameday.stats import percentile
 from verifiers._promql import PromQL, PromQLError
 from verifiers._results import fail, record
 from verifiers.inputs import build_request
@@ -19,19 +20,6 @@ __all__ = ["http_latency_ok", "prometheus_query_ok"]
 
 _MAX_VALUES_RECORDED = 20
 
-
-def percentile(values: list[float], q: float) -> float:
-    """The nearest-rank ``q``-quantile (0 < q <= 1) of ``values``: a value that was seen.
-
-    With 20 samples the p99 is the slowest sample; with 200 it is the second slowest.
-    """
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 < q <= 1:
-        raise ValueError(f"quantile must be in (0, 1], got {q}")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[rank - 1]
 
 
 def http_latency_ok(url: str, p99_ms: float = 250.0, samples: int = 20,
@@ -78,8 +66,9 @@ def http_latency_ok(url: str, p99_ms: float = 250.0, samples: int = 20,
             fail(verifier, f"{request.describe()} {answer.error} "
                            f"(sample {number} of {samples})", measurement)
         latencies_ms.append(answer.latency_s * 1000.0)
-    p99 = percentile(latencies_ms, 0.99)
-    measurement.update(samples=samples, p50_ms=round(percentile(latencies_ms, 0.5), 3),
+    p99 = percentile(latencies_ms, 0.99, nearest_rank=True)
+    p50 = percentile(latencies_ms, 0.5, nearest_rank=True)
+    measurement.update(samples=samples, p50_ms=round(p50, 3),
                        p99_ms=round(p99, 3), max_ms=round(max(latencies_ms), 3))
     if p99 > p99_ms:
         fail(verifier, f"p99 latency {p99:.1f} ms > {p99_ms:g} ms (missed by "

@@ -442,10 +442,9 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
                          attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
                          error=None if o.error is None else first_line(o.error))
             for o in outcomes])
-        report.rollback_failures = revert_entries(session, entries, "fanout-partial-failure",
-                                                  options)
-        failed_ids = {line.split(" ", 2)[1] for line in report.rollback_failures}
-        report.rolled_back = [e.id for e in entries if e.id not in failed_ids]
+        failed = revert_entries(session, entries, "fanout-partial-failure", options)
+        report.rollback_failures = list(failed.values())
+        report.rolled_back = [e.id for e in entries if e.id not in failed]
         report.wall_s = time.monotonic() - started
         log.warning("fan-out failed", kind=kinds, summary=report.summary())
         raise FanoutFailed(report)
@@ -456,9 +455,9 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
 
 @_collector_paused()
 def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: str,
-                   options: FanoutOptions = FanoutOptions()) -> list[str]:
-    """Revert agent faults concurrently, record them in one ledger write; one line per
-    fault that could not be reverted (``"<kind> <id> on <node>: <why>"``)."""
+                   options: FanoutOptions = FanoutOptions()) -> dict[str, str]:
+    """Revert agent faults concurrently, record them in one ledger write; by the id of
+    each fault that could not be reverted, one line (``"<kind> <id> on <node>: <why>"``)."""
     target = session.require_target()
 
     def revert(node: str, batch: list[FaultEntry]) -> Waiting:
@@ -489,15 +488,15 @@ def revert_entries(session: "Session", entries: Sequence[FaultEntry], reason: st
 
 
 def _record_reverts(session: "Session", finished: Sequence[_Outcome[FaultEntry]],
-                    reason: str) -> list[str]:
+                    reason: str) -> dict[str, str]:
     done: list[tuple[str, float, str]] = []
     events: list[dict[str, Any]] = []
-    failures: list[str] = []
+    failures: dict[str, str] = {}
     for outcome in finished:
         entry = outcome.job
         if outcome.error is not None:
-            failures.append(f"{entry.kind} {entry.id} on {entry.node}: "
-                            f"{first_line(outcome.error)}")
+            failures[entry.id] = (f"{entry.kind} {entry.id} on {entry.node}: "
+                                  f"{first_line(outcome.error)}")
             continue
         done.append(outcome.value)  # (id, reverted_at, reason), as its batch recorded it
         events.append({"id": entry.id, "kind": entry.kind, "at": outcome.value[1]})

@@ -25,9 +25,9 @@ from typing import Any
 
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import COVERAGE_LAYERS
-from gameday.gamedays.costs import percentile
 from gameday.gamedays.playbook import Requirement
 from gameday.report.summary import JournalSummary, is_journal_file, read_summary
+from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")
 
@@ -64,11 +64,11 @@ class Cell:
 
     @property
     def rto_p50(self) -> float | None:
-        return percentile(self.rtos, 50)
+        return percentile(self.rtos, 0.5) if self.rtos else None
 
     @property
     def rto_p95(self) -> float | None:
-        return percentile(self.rtos, 95)
+        return percentile(self.rtos, 0.95) if self.rtos else None
 
     def to_json(self) -> dict[str, Any]:
         import datetime

@@ -27,9 +27,10 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from gameday.atomic import replace_file
-from gameday.gamedays.costs import CostProjection, percentile, project
+from gameday.gamedays.costs import CostProjection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, Playbook
+from gameday.stats import percentile
 
 
 @dataclass
@@ -120,7 +121,7 @@ def _bound(classname: str, key: str, label: str, values: list[tuple[str, float]]
         return Case(classname, name, "failed", f"gate.{key}: no {label} was measured, so the "
                                                f"{limit:g} s objective did not hold")
     if use_p95:
-        measured = percentile([v for _, v in values], 95) or 0.0
+        measured = percentile([v for _, v in values], 0.95)
         where = f"p95 over {len(values)} runs"
     else:
         where, measured = max(values, key=lambda item: item[1])
@@ -188,7 +189,7 @@ def projections(playbook: Playbook, runs: Sequence[ExperimentRun]
         return None, None
     rpo = max((s.rpo_s for s in measured if s.rpo_s is not None), default=playbook.rpo_s)
     return (project(max(rtos), rpo, playbook.fleet),
-            project(percentile(rtos, 50) or 0.0, rpo, playbook.fleet))
+            project(percentile(rtos, 0.5), rpo, playbook.fleet))
 
 
 def evaluate(playbook: Playbook, runs: Sequence[ExperimentRun]) -> GateVerdict:

@@ -24,6 +24,7 @@ from gameday.evidence.ledger import FaultEntry, Ledger
 from gameday.experiment.extension import Extension
 from gameday.safety.locks import TargetLocks, target_key
 from gameday.safety.targetconfig import TargetConfig
+from gameday.targets import gpu_label
 from gameday.targets.base import GpuRef, Target
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class InjectRequest:
     def label(self) -> str:
         """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
         if set(self.target) == {"gpu"}:
-            return f"{self.node}/gpu{self.target['gpu']}"
+            return gpu_label(self.node, self.target["gpu"])
         where = ",".join(f"{k}={v}" for k, v in sorted(self.target.items()))
         return f"{self.node}/{where}" if where else self.node
 

@@ -21,6 +21,7 @@ from typing import Any
 from gameday.cachedattr import cached_attribute, copy_with
 from gameday.jsontext import encode_objects, with_scalars
 from gameday.lab.files import read_json, write_atomic
+from gameday.targets import gpu_label
 
 __all__ = [
     "CLOCK_EVENT_HW_THERMAL",
@@ -80,7 +81,7 @@ class GpuState:
     @property
     def label(self) -> str:
         """``node-0/gpu1``."""
-        return f"{self.node}/gpu{self.index}"
+        return gpu_label(self.node, self.index)
 
     def with_values(self, changes: Mapping[str, Any]) -> "GpuState":
         """A copy with ``changes`` (field name to value); much cheaper than

@@ -47,7 +47,7 @@ def experiment(model_url: str) -> dict[str, Any]:
             ]},
         "method": [
             {"type": "action", "name": "fault",
-             "provider": {"type": "python", "module": "verifier_helpers",
+             "provider": {"type": "python", "module": "tests.verifiers.verifier_helpers",
                           "func": "simulated_fault", "arguments": {"node": "node-0", "gpu": 0}}},
             probe("rto", "rto", "measure_recovery",
                   sli={"http": "${service_url}/predict"}, stable_for_s=0.3, interval_s=0.05,

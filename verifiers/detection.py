@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from gameday.engine.session import Session
 from gameday.errors import GamedayError, one_line
-from verifiers._promql import PromQL, prometheus_url_of
+from gameday.promql import PromQL
+from verifiers._promql import prometheus_url_of
 from verifiers.base import PlacementSource, gpu_label, placement_source
 
 __all__ = ["DETECTION_EVENTS", "Detection", "DetectionSignal", "PlacementDetection",

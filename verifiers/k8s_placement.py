@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gameday.errors import GamedayError, one_line
-from verifiers._promql import PromQL, prometheus_url_of
+from gameday.promql import PromQL
+from verifiers._promql import prometheus_url_of
 from verifiers.base import GpuState, Placement, PlacementError, ShardPlacement
 
 __all__ = ["DEFAULT_METRIC", "DEFAULT_UNHEALTHY", "DOMAIN_LABEL", "HOSTNAME_LABELS",

@@ -11,15 +11,14 @@ from typing import Any
 from gameday.engine.session import current
 from gameday.errors import GamedayError, one_line
 from gameday.httpclient import send
+from gameday.promql import PromQL, PromQLError
 from gameday.stats import percentile
-from verifiers._promql import PromQL, PromQLError
 from verifiers._results import fail, record
 from verifiers.inputs import build_request
 
 __all__ = ["http_latency_ok", "prometheus_query_ok"]
 
 _MAX_VALUES_RECORDED = 20
-
 
 
 def http_latency_ok(url: str, p99_ms: float = 250.0, samples: int = 20,

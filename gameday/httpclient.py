@@ -83,8 +83,8 @@ def failure_text(exc: BaseException, timeout_s: float) -> str:
     cause: BaseException = exc
     seen = {id(cause)}
     while True:
-        inner = getattr(cause, "reason", None) or cause.__cause__ or (
-            cause.args[0] if cause.args and isinstance(cause.args[0], BaseException) else None)
+        inner = getattr(cause, "reason", None) or cause.__cause__ or next(
+            (arg for arg in cause.args if isinstance(arg, BaseException)), None)
         if not isinstance(inner, BaseException) or id(inner) in seen:
             break
         seen.add(id(inner))

@@ -10,17 +10,21 @@ is ``held_ratio``: the rise in NVML's used memory divided by what was held (abou
 the context's own overhead makes it a little more).
 
 It only reads and allocates: it NEVER changes clocks, power limits, ECC or MIG settings.
-Without an NVIDIA driver it says so and exits 0. Last line:
-``gpu_check: gpus=N status=ok|no-driver|no-cuda|error held_ratio=...``.
+Without an NVIDIA driver, or without ``pynvml`` (it runs on a bare system Python too), it
+says so and exits 0. Last line:
+``gpu_check: gpus=N status=ok|no-driver|no-pynvml|no-cuda|error held_ratio=...``.
 """
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout
 
 from gameday.errors import FaultRejected
 from gameday.node.host.cuda import LibCuda, hold_memory
-from gameday.node.host.nvml import LibNvml, NvmlError, read_gpu
+from gameday.node.host.nvml import HAVE_PYNVML, LibNvml, NvmlError, read_gpu
 
 MIB = 1 << 20
 
@@ -47,6 +51,10 @@ def main() -> int:
     args = parser.parse_args()
     nvml = LibNvml()
     reason = nvml.unavailable()
+    if not HAVE_PYNVML:
+        print(f"skip: NVML not reachable from this Python: {reason}")
+        print("gpu_check: gpus=0 status=no-pynvml")
+        return 0
     if reason is not None:
         print(f"no NVIDIA GPU or driver present: {reason}")
         print("gpu_check: gpus=0 status=no-driver")

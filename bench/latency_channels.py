@@ -17,6 +17,7 @@ from typing import Any
 
 from gameday.engine.agent_client import AgentClient
 from gameday.lab.httpjson import fetch_json
+from gameday.targets import gpu_label
 
 __all__ = ["PROBE_TIMEOUT_S", "SETTLE_DEADLINE_S", "BenchError", "Case", "Lab", "Trial",
            "case_for", "proc_state", "wait"]
@@ -152,7 +153,7 @@ def _gpu_trial(kind: str) -> Callable[[Lab], Trial]:
         node, gpu = lab.spare_gpu()
         baseline = lab.series(metric, node, gpu)
         if baseline is None:
-            raise BenchError(f"{metric} of {node}/gpu{gpu} is not in Prometheus")
+            raise BenchError(f"{metric} of {gpu_label(node, gpu)} is not in Prometheus")
         return Trial(node, {"gpu": gpu}, GPU_PARAMS[kind],
                      seen=lambda _f: lab.series(metric, node, gpu) != baseline,
                      gone=lambda _f: lab.series(metric, node, gpu) == baseline)

@@ -25,14 +25,14 @@ from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
 from gameday.lab.httpjson import ConnectionPool, JsonServer, fetch_json, json_response
 from gameday.node.tcprelay import Relay
+from gameday.stats import percentile
 
 ROW = [[(i + 1) / 16 for i in range(16)]]
 PROBE_TIMEOUT_S = 0.1
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def _p99(values: list[float]) -> float:
+    return percentile(values, 0.99, nearest_rank=True)
 
 
 def _timed(call: Callable[[], object], count: int) -> list[float]:
@@ -61,10 +61,10 @@ def tunnel_ratios(count: int = 2000) -> tuple[float, float]:
         relay.stop()
         server.stop()
     print(f"tunnel: direct p50 {statistics.median(plain):.3f} ms p99 "
-          f"{_percentile(plain, 0.99):.3f} ms; via link p50 {statistics.median(via):.3f} ms "
-          f"p99 {_percentile(via, 0.99):.3f} ms")
+          f"{_p99(plain):.3f} ms; via link p50 {statistics.median(via):.3f} ms "
+          f"p99 {_p99(via):.3f} ms")
     return (statistics.median(via) / statistics.median(plain),
-            _percentile(via, 0.99) / _percentile(plain, 0.99))
+            _p99(via) / _p99(plain))
 
 
 def _observe(predict: Callable[[float], tuple[object, float]], seen: Callable[[object, float],
@@ -94,7 +94,7 @@ def lab_figures() -> tuple[float, dict[str, float]]:
 
             times = _timed(lambda: predict(5.0), 200)
             print(f"/predict through links: p50 {statistics.median(times):.2f} ms "
-                  f"p99 {_percentile(times, 0.99):.2f} ms")
+                  f"p99 {_p99(times):.2f} ms")
             token = Path(document["token_file"]).read_text().strip()
             nodes = {n["name"]: AgentClient(n["agent_url"], token) for n in document["nodes"]}
             def broken(status: object, _took: float) -> bool:
@@ -119,7 +119,7 @@ def lab_figures() -> tuple[float, dict[str, float]]:
                 print(f"{kind:16s} observed after {observed[kind]:.0f} ms (median of 5)")
         finally:
             lab.down(directory)
-    return _percentile(times, 0.99), observed
+    return _p99(times), observed
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ def _import_structlog_without_rich() -> None:
 
     structlog pulls in rich (~80 ms at every start) only to pretty-print tracebacks on a
     console, which gameday never asks it to do; every command pays for it otherwise.
-    Reports that use rich still import it normally afterwards.
+    Reports that use rich still import it normally afterwards. Without structlog (a bare
+    system Python running ``bench/gpu_check.py``) nothing is imported here.
     """
     import sys
 
@@ -19,6 +20,8 @@ def _import_structlog_without_rich() -> None:
         import structlog
         import structlog.dev
         import structlog.tracebacks  # noqa: F401
+    except ModuleNotFoundError:
+        pass
     finally:
         del sys.modules["rich"]
 

@@ -64,3 +64,16 @@ class LabError(GamedayError):
 class ObservabilityError(GamedayError):
     """A metrics file could not be written, or the Pushgateway or Alertmanager refused or
     did not answer."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of ``exc``'s message; its type's name when it has none."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line (runs of white space made one space), shortened to ``limit``
+    characters with an ellipsis."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gameday.engine.session import Session
-from gameday.errors import GamedayError
-from verifiers._promql import PromQL, prometheus_url_of
-from verifiers._results import one_line
+from gameday.errors import GamedayError, one_line
+from gameday.promql import PromQL
+from verifiers._promql import prometheus_url_of
 from verifiers.placement import PlacementSource, gpu_label
 from verifiers.sources import placement_source
 

@@ -4,19 +4,26 @@
 version: values come from a SplitMix64 stream and are multiples of 1/1024 in
 ``[-1, 1)``, so they survive JSON and ``float32`` unchanged. An input set can also be
 read from a JSON file (``[[...], ...]`` or ``{"inputs": [[...], ...]}``).
+:func:`build_request` is the request a probe sends, with a golden input set POSTed to a
+``/predict`` URL.
 """
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gameday.errors import InvalidInput
+from gameday.httpclient import HttpRequest
 from verifiers.canonical import OutputsError, as_array, digest
 
-__all__ = ["golden_inputs", "inputs_key", "load_inputs", "resolve_inputs"]
+__all__ = ["build_request", "golden_inputs", "inputs_key", "is_predict_url", "load_inputs",
+           "resolve_inputs"]
 
 _MASK = (1 << 64) - 1
 _STEP = 1024
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def _splitmix64(state: int) -> tuple[int, int]:
@@ -77,3 +84,40 @@ def resolve_inputs(rows: int, cols: int, seed: int,
 def inputs_key(inputs: list[list[float]]) -> str:
     """A short, stable name for an input set (the first 16 hex digits of its digest)."""
     return digest(inputs)[:16]
+
+
+def is_predict_url(url: str) -> bool:
+    return urlsplit(url).path.rstrip("/").endswith("/predict")
+
+
+def build_request(url: str, *, method: str | None = None, json_body: Any = None,
+                  predict_rows: int = 1, predict_cols: int = 16, seed: int = 0,
+                  timeout_s: float = 5.0, headers: Mapping[str, str] | None = None,
+                  where: str = "url") -> HttpRequest:
+    """The request a probe sends to ``url``.
+
+    A ``json_body`` is POSTed as JSON. Without one, a URL whose path ends in ``/predict``
+    gets ``{"inputs": golden_inputs(predict_rows, predict_cols, seed)}`` POSTed; any other
+    URL is fetched with GET. ``method`` overrides the method in every case.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidInput(f"must be an http(s) URL, got {url!r}", path=where)
+    if timeout_s <= 0:
+        raise InvalidInput(f"request timeout must be > 0 s, got {timeout_s}", path=where)
+    all_headers = {"Accept": "application/json", **dict(headers or {})}
+    body: bytes | None = None
+    if json_body is not None:
+        payload: Any = json_body
+    elif is_predict_url(url) and (method is None or method.upper() != "GET"):
+        payload = {"inputs": golden_inputs(predict_rows, predict_cols, seed)}
+    else:
+        payload = None
+    if payload is not None:
+        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        all_headers.setdefault("Content-Type", "application/json")
+    verb = (method or ("POST" if body is not None else "GET")).upper()
+    if verb not in _METHODS:
+        raise InvalidInput(f"unknown HTTP method {method!r}", path=where)
+    return HttpRequest(url=url, method=verb, body=body, headers=all_headers,
+                       timeout_s=timeout_s)

@@ -25,9 +25,9 @@ to detect from its ``detect`` signal (e.g. ``ALERTS``).
 from collections.abc import Mapping
 from typing import Any
 
-from gameday.errors import GamedayError
-from verifiers._promql import PromQL, prometheus_url_of
-from verifiers._results import one_line
+from gameday.errors import GamedayError, one_line
+from gameday.promql import PromQL
+from verifiers._promql import prometheus_url_of
 from verifiers.placement import GpuState, Placement, PlacementError, ShardPlacement
 
 __all__ = ["DEFAULT_METRIC", "DEFAULT_UNHEALTHY", "DOMAIN_LABEL", "HOSTNAME_LABELS",

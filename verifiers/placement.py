@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from gameday.engine.session import current
 from gameday.errors import GamedayError
-from gameday.httpjson import get_json
+from gameday.httpclient import get_json
+from gameday.targets import gpu_label
 
 __all__ = ["GpuState", "HttpPlacementSource", "LabPlacementSource", "Placement",
            "PlacementError", "PlacementEvent", "PlacementSource", "ShardPlacement",
@@ -30,10 +31,6 @@ __all__ = ["GpuState", "HttpPlacementSource", "LabPlacementSource", "Placement",
 
 class PlacementError(GamedayError):
     """A placement source could not be read, or answered something malformed."""
-
-
-def gpu_label(node: str, gpu: int) -> str:
-    return f"{node}/gpu{gpu}"
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gameday.atomic import replace_file
 from gameday.engine.session import current
-from gameday.errors import GamedayError
-from verifiers._http import HttpRequest, send
-from verifiers._results import fail, one_line, record
+from gameday.errors import GamedayError, one_line
+from gameday.httpclient import HttpRequest, send
+from verifiers._results import fail, record
 from verifiers.canonical import OutputsError, as_array, digest, first_difference
 from verifiers.inputs import inputs_key, resolve_inputs
 from verifiers.templates import DEFAULT_TEMPLATE, render, select
@@ -246,11 +247,7 @@ def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: 
                     "outputs": answer,
                     "inputs": inputs, "inputs_key": inputs_key(inputs), "endpoint": endpoint,
                     "captured_at": current().clock.now()}
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(target.name + ".tmp")
-        temporary.write_text(json.dumps(document) + "\n", encoding="utf-8")
-        temporary.replace(target)
+        replace_file(Path(path), (json.dumps(document) + "\n").encode())
     except (GamedayError, OutputsError) as exc:
         fail(verifier, str(exc), measurement)
     except OSError as exc:

@@ -19,7 +19,8 @@ from typing import Any
 
 from gameday.engine.session import current
 from gameday.errors import GamedayError
-from verifiers._promql import PromQL, PromQLError, Series, prometheus_url_of, series_key
+from gameday.promql import PromQL, PromQLError, Series, series_key
+from verifiers._promql import prometheus_url_of
 from verifiers._results import fail, record
 
 __all__ = ["checkpoint_loss", "stream_loss"]

@@ -16,8 +16,8 @@ from typing import Any
 from gameday.clock import Clock
 from gameday.engine.recorder import Recorder
 from gameday.engine.session import current
-from gameday.errors import GamedayError
-from verifiers._results import fail, one_line, record
+from gameday.errors import GamedayError, one_line
+from verifiers._results import fail, record
 from verifiers.detection import DetectionSignal, detection_signal
 from verifiers.sli import recorder_for
 

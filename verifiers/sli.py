@@ -24,8 +24,10 @@ from typing import Any
 from gameday.clock import Clock
 from gameday.engine.recorder import Channel, Recorder, Sampler, Transition
 from gameday.errors import GamedayError
-from verifiers._http import HttpRequest, build_request, send
-from verifiers._promql import PromQL, prometheus_url_of
+from gameday.httpclient import HttpRequest, send
+from gameday.promql import PromQL
+from verifiers._promql import prometheus_url_of
+from verifiers.inputs import build_request
 
 __all__ = ["SLI_KEYS", "http_sampler", "promql_sampler", "recorder_for", "sli_channels",
            "sli_request"]

@@ -5,38 +5,20 @@ when its objective is met and otherwise raises ``ActivityFailed`` with one line 
 what missed and by how much. Both record their measurement in the run session.
 """
 
-import ast
-import json
 import math
 from typing import Any
 
-import requests
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from prometheus_api_client.prometheus_connect import PrometheusConnect
-from urllib3.util.retry import Retry
-
 from gameday.engine.session import current
-from gameday.errors import GamedayError
-from verifiers._http import build_request, send
-from verifiers._results import fail, one_line, record
+from gameday.errors import GamedayError, one_line
+from gameday.httpclient import send
+from gameday.promql import PromQL, PromQLError
+from gameday.stats import percentile
+from verifiers._results import fail, record
+from verifiers.inputs import build_request
 
 __all__ = ["http_latency_ok", "prometheus_query_ok"]
 
 _MAX_VALUES_RECORDED = 20
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The nearest-rank ``q``-quantile (0 < q <= 1) of ``values``: a value that was seen.
-
-    With 20 samples the p99 is the slowest sample; with 200 it is the second slowest.
-    """
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 < q <= 1:
-        raise ValueError(f"quantile must be in (0, 1], got {q}")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[rank - 1]
 
 
 def http_latency_ok(url: str, p99_ms: float = 250.0, samples: int = 20,
@@ -83,8 +65,9 @@ def http_latency_ok(url: str, p99_ms: float = 250.0, samples: int = 20,
             fail(verifier, f"{request.describe()} {answer.error} "
                            f"(sample {number} of {samples})", measurement)
         latencies_ms.append(answer.latency_s * 1000.0)
-    p99 = percentile(latencies_ms, 0.99)
-    measurement.update(samples=samples, p50_ms=round(percentile(latencies_ms, 0.5), 3),
+    p99 = percentile(latencies_ms, 0.99, nearest_rank=True)
+    p50 = percentile(latencies_ms, 0.5, nearest_rank=True)
+    measurement.update(samples=samples, p50_ms=round(p50, 3),
                        p99_ms=round(p99, 3), max_ms=round(max(latencies_ms), 3))
     if p99 > p99_ms:
         fail(verifier, f"p99 latency {p99:.1f} ms > {p99_ms:g} ms (missed by "
@@ -174,22 +157,13 @@ def prometheus_query_ok(query: str, prometheus_url: str | None = None,
         fail(verifier, f"prometheus_query_ok: min_value {min_value:g} > max_value "
                        f"{max_value:g}", measurement)
     label = f"prometheus query {one_line(query, 120)!r}"
-    retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504),
-                  raise_on_status=False)
-    client = PrometheusConnect(url=url.rstrip("/"), retry=retry,
-                               timeout=max(1, math.ceil(timeout_s)))
+    client = PromQL(url, timeout_s=timeout_s)
     try:
-        result = client.custom_query(query)
-        samples = _as_samples(result)
-    except PrometheusApiClientException as exc:
-        fail(verifier, f"{label} failed at {url}: {_prometheus_error(str(exc))}", measurement)
-    except requests.RequestException as exc:
-        fail(verifier, f"{label}: cannot reach Prometheus at {url}: "
-                       f"{type(exc).__name__}", measurement)
+        samples = _as_samples(client.instant_result(query))
+    except PromQLError as exc:
+        fail(verifier, f"prometheus {exc}", measurement)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         fail(verifier, f"{label} at {url}: {exc}", measurement)
-    finally:
-        client.close()
     bounds = _bounds_text(min_value, max_value, equals)
     values = [{"labels": labels, "value": value} for labels, value in samples]
     bad = [(labels, value, why) for labels, value in samples
@@ -209,15 +183,3 @@ def prometheus_query_ok(query: str, prometheus_url: str | None = None,
            f"{label}: {len(samples)} series within bounds ({bounds})")
     return True
 
-
-def _prometheus_error(text: str) -> str:
-    """Prometheus's own error text out of the client's ``HTTP Status Code N (b'...')``."""
-    status, _, rest = text.partition(" (")
-    try:
-        body = ast.literal_eval(rest[:-1]) if rest.endswith(")") else None
-        error = json.loads(body)["error"] if isinstance(body, bytes) else None
-    except (ValueError, SyntaxError, KeyError, TypeError):
-        error = None
-    if isinstance(error, str):
-        return one_line(f"{status.replace('HTTP Status Code', 'HTTP')}: {error}", 240)
-    return one_line(text, 240)

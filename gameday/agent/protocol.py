@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from gameday.agent.backend import FaultRequest
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, first_line
 
 __all__ = [
     "LEASE_MAX_S",
@@ -93,8 +93,7 @@ def decode_body(raw: bytes) -> Any:
         raise InvalidInput("body is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         # json.JSONDecodeError is a ValueError; keep only its first line.
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidInput(f"body is not valid JSON: {first_line}") from None
+        raise InvalidInput(f"body is not valid JSON: {first_line(exc)}") from None
 
 
 def check_lease(value: object, *, field: str = "lease_s") -> float:

@@ -36,7 +36,7 @@ from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput
+from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput, first_line
 from gameday.logs import writes_info
 
 __all__ = [
@@ -138,7 +138,7 @@ class BatchRejected(GamedayError):
         self.cause = cause
         self.rolled_back = rolled_back
         self.revert_failed = revert_failed
-        super().__init__(f"faults[{index}]: {_one_line(cause)}")
+        super().__init__(f"faults[{index}]: {first_line(cause)}")
 
 
 @dataclass
@@ -553,7 +553,7 @@ class FaultRegistry:
                 self.backend.revert(fault.id, fault.request)
             except Exception as exc:
                 self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
-                                reason="agent-restart", error=_one_line(exc))
+                                reason="agent-restart", error=first_line(exc))
                 self._live[fault.id] = _Entry(fault=fault, state="active",
                                               retry_reason="agent-restart",
                                               retry_at=now + REVERT_RETRY_S)
@@ -615,10 +615,10 @@ class FaultRegistry:
                     self.backend.revert(fault.id, fault.request)
                 except Exception as exc:
                     self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
-                                    reason=reason, error=_one_line(exc))
+                                    reason=reason, error=first_line(exc))
                     results.append(RevertFailed(
                         f"backend {self.backend.name} failed to revert {fault.id} "
-                        f"({fault.kind}): {_one_line(exc)}; retrying"))
+                        f"({fault.kind}): {first_line(exc)}; retrying"))
                     continue
                 results.append(fault.as_reverted(self._clock.now(), reason))
         with self._cond:
@@ -654,12 +654,12 @@ class FaultRegistry:
         entry = entries[failed]
         if isinstance(exc, FaultRejected):
             self._log.info("fault.rejected", kind=entry.fault.kind, target=entry.fault.target,
-                           error=_one_line(exc))
+                           error=first_line(exc))
             to_revert = entries[:failed]
             untouched = entries[failed:]
         else:
             self._log.error("fault.apply_failed", fault_id=entry.fault.id, kind=entry.fault.kind,
-                            target=entry.fault.target, error=_one_line(exc))
+                            target=entry.fault.target, error=first_line(exc))
             to_revert = entries[:failed + 1]
             untouched = entries[failed + 1:]
         with self._cond:
@@ -682,16 +682,16 @@ class FaultRegistry:
         fault = entry.fault
         if isinstance(exc, FaultRejected):
             self._log.info("fault.rejected", kind=fault.kind, target=fault.target,
-                           error=_one_line(exc))
+                           error=first_line(exc))
         else:
             self._log.error("fault.apply_failed", fault_id=fault.id, kind=fault.kind,
-                            target=fault.target, error=_one_line(exc))
+                            target=fault.target, error=first_line(exc))
             try:
                 self.backend.revert(fault.id, fault.request)
             except Exception as revert_exc:
                 # Keep it in the state file: the next start reverts it again.
                 self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
-                                reason="apply-failed", error=_one_line(revert_exc))
+                                reason="apply-failed", error=first_line(revert_exc))
                 with self._cond:
                     entry.state = "active"
                     entry.retry_reason = "requested"
@@ -719,9 +719,9 @@ class FaultRegistry:
         except OSError as exc:
             if strict:
                 raise AgentError(f"{self._state.path}: cannot save agent state "
-                                 f"({_one_line(exc)})") from exc
+                                 f"({first_line(exc)})") from exc
             self._log.error("state.save_failed", path=str(self._state.path),
-                            error=_one_line(exc))
+                            error=first_line(exc))
 
 
 def _distinct(fault_ids: list[str]) -> None:
@@ -737,7 +737,3 @@ def _gone(fault: Fault) -> FaultGone:
 def _compact(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

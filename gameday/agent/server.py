@@ -259,24 +259,11 @@ class AgentServer:
         route, params = _route(request.method, request.path)
         try:
             return route(self, request, *params)
-        except _HTTPFailure:
-            raise
-        except PolicyRefused as exc:
-            raise _HTTPFailure(403, str(exc)) from None
-        except LimitReached as exc:
-            raise _HTTPFailure(429, str(exc)) from None
-        except (InvalidInput, FaultRejected) as exc:
-            raise _HTTPFailure(400, str(exc)) from None
-        except UnknownFault as exc:
-            raise _HTTPFailure(404, str(exc)) from None
-        except FaultConflict as exc:
-            raise _HTTPFailure(409, str(exc), existing=exc.existing.id) from None
-        except FaultGone as exc:
-            raise _HTTPFailure(410, str(exc), **exc.fault.to_json()) from None
-        except RevertFailed as exc:
-            raise _HTTPFailure(500, str(exc)) from None
-        except AgentClosing as exc:
-            raise _HTTPFailure(503, str(exc)) from None
+        except GamedayError as exc:
+            status = _status_of(exc)
+            if status is None:
+                raise  # not an answer: the handler's internal error
+            raise _HTTPFailure(status, str(exc), **_extra_of(exc, fault_inline=True)) from None
 
     def _healthz(self, request: _Request) -> _Reply:
         return _json_reply(200, {"ok": True, "node": self.node, "backend": self.backend.name})
@@ -311,9 +298,9 @@ class AgentServer:
         try:
             faults = self.registry.apply_many(items)
         except BatchRejected as exc:
-            status, extra = _status_of(exc.cause)
-            raise _HTTPFailure(status, str(exc), index=exc.index, rolled_back=exc.rolled_back,
-                               revert_failed=exc.revert_failed, **extra) from None
+            raise _HTTPFailure(_status_of(exc.cause) or 500, str(exc), index=exc.index,
+                               rolled_back=exc.rolled_back, revert_failed=exc.revert_failed,
+                               **_extra_of(exc.cause)) from None
         return _faults_reply(201, faults, minimal="applied" if request.minimal else None)
 
     def _revert_batch(self, request: _Request) -> _Reply:
@@ -337,23 +324,32 @@ class AgentServer:
         return _fault_reply(200, self.registry.revert(fault_id, "requested"))
 
 
-def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The status (and extra answer fields) an error of one fault maps to."""
-    if isinstance(exc, PolicyRefused):
-        return 403, {}
-    if isinstance(exc, LimitReached):
-        return 429, {}
-    if isinstance(exc, InvalidInput | FaultRejected):
-        return 400, {}
-    if isinstance(exc, UnknownFault):
-        return 404, {}
+#: The answer status of each error a request, or one fault of a batch, can end in.
+_STATUS_OF_ERROR: Final[dict[type[BaseException], int]] = {
+    InvalidInput: 400, FaultRejected: 400, PolicyRefused: 403, UnknownFault: 404,
+    FaultConflict: 409, FaultGone: 410, LimitReached: 429, RevertFailed: 500,
+    AgentClosing: 503}
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The status :data:`_STATUS_OF_ERROR` gives ``exc`` (or a class it derives from)."""
+    for kind in type(exc).__mro__:
+        status = _STATUS_OF_ERROR.get(kind)
+        if status is not None:
+            return status
+    return None
+
+
+def _extra_of(exc: BaseException, *, fault_inline: bool = False) -> dict[str, Any]:
+    """The answer fields an error carries next to ``error``: a conflict its ``existing``
+    fault's id; a reverted fault the whole fault (its fields, ``fault_inline``, as a
+    single-fault answer has them; else under ``fault``, as a batch's)."""
     if isinstance(exc, FaultConflict):
-        return 409, {"existing": exc.existing.id}
+        return {"existing": exc.existing.id}
     if isinstance(exc, FaultGone):
-        return 410, {"fault": exc.fault.to_json()}
-    if isinstance(exc, AgentClosing):
-        return 503, {}
-    return 500, {}  # RevertFailed, or the backend failed (not a refusal)
+        fault = exc.fault.to_json()
+        return fault if fault_inline else {"fault": fault}
+    return {}
 
 
 def _batch_reply(ids: list[str], results: list[Fault | GamedayError], *,
@@ -366,8 +362,8 @@ def _batch_reply(ids: list[str], results: list[Fault | GamedayError], *,
         if isinstance(result, Fault):
             done.append(result)
         else:
-            status, extra = _status_of(result)
-            failed.append({"id": fault_id, "status": status, "error": str(result), **extra})
+            failed.append({"id": fault_id, "status": _status_of(result) or 500,
+                           "error": str(result), **_extra_of(result)})
     return _faults_reply(200, done, failed, minimal=minimal)
 
 

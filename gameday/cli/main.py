@@ -1,11 +1,14 @@
 """The ``gameday`` command line (docs/running.md).
 
 Exit codes: 0 passed; 1 failed; 2 invalid input (nothing injected); 128+signum when
-interrupted (130 SIGINT, 143 SIGTERM), after rolling back.
+interrupted (130 SIGINT, 143 SIGTERM), after rolling back; 141 (SIGPIPE's) when the
+reader of its output went away (``gameday faults | head -1``), quietly.
 """
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +19,7 @@ from gameday.cli.results import publisher
 from gameday.engine.runner import RunOptions, parse_vars, run
 from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
+from gameday.targets import TARGET_KINDS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run one experiment")
     run.add_argument("experiment", type=Path)
-    run.add_argument("--target", choices=["lab", "host", "kubernetes", "none"])
+    run.add_argument("--target", choices=TARGET_KINDS)
     run.add_argument("--journal-path", type=Path)
     run.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
                      help="set a configuration value (repeatable)")
@@ -187,6 +191,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_policy(arguments[2:])
     args = _parser().parse_args(arguments)
     configure_logging(paths.home() / "logs" / "gameday.log")
+    try:
+        status = _command(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the exit's own flush
+    except BrokenPipeError:
+        # what is still buffered goes nowhere, so the exit does not fail on it again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return status
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code."""
     try:
         if args.command == "run":
             options = RunOptions(path=args.experiment, target=args.target,

@@ -103,9 +103,9 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from gameday.evidence.journal import atomic_write
+    from gameday.atomic import replace_file
 
-    atomic_write(output, text.encode())
+    replace_file(output, text.encode(), mode=0o600, durable=True)
     print(f"wrote {output}", file=sys.stderr)
 
 

@@ -38,9 +38,10 @@ from gameday.clock import Clock
 from gameday.engine import signals
 from gameday.engine.agent_client import BatchFailed, BatchResult
 from gameday.engine.fanout import FanoutOptions, Outcome, Then, Waiting, fan_out, transient
-from gameday.errors import AgentError, GamedayError
+from gameday.errors import AgentError, GamedayError, first_line
 from gameday.evidence.ledger import FaultEntry, Ledger
 from gameday.safety.locks import TargetLocked
+from gameday.targets import gpu_label
 from gameday.targets.base import GpuRef, Target
 
 __all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "FaultSession", "InjectRequest",
@@ -61,7 +62,7 @@ class InjectRequest:
     def label(self) -> str:
         """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
         if set(self.target) == {"gpu"}:
-            return f"{self.node}/gpu{self.target['gpu']}"
+            return gpu_label(self.node, self.target["gpu"])
         where = ",".join(f"{k}={v}" for k, v in sorted(self.target.items()))
         return f"{self.node}/{where}" if where else self.node
 
@@ -163,11 +164,6 @@ def _one_failed(batch: Sequence[InjectRequest], position: int, exc: BaseExceptio
     return [exc if i == position else why for i in range(len(batch))]
 
 
-def _error_text(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def inject_gpus(session: FaultSession, gpus: Sequence[GpuRef], *, kind: str,
                 params: Mapping[str, Any], action: str = "", lease_s: float | None = None,
                 options: FanoutOptions | None = None) -> list[FaultEntry]:
@@ -236,12 +232,11 @@ def inject_requests(session: FaultSession, requests: Sequence[InjectRequest], *,
         report = FanoutReport(results=[
             TargetResult(node=o.job.node, target=dict(o.job.target), ok=o.error is None,
                          attempts=o.attempts, fault_id=o.value.id if o.error is None else None,
-                         error=None if o.error is None else _error_text(o.error))
+                         error=None if o.error is None else first_line(o.error))
             for o in outcomes])
-        report.rollback_failures = revert_entries(session, entries, "fanout-partial-failure",
-                                                  options)
-        failed_ids = {line.split(" ", 2)[1] for line in report.rollback_failures}
-        report.rolled_back = [e.id for e in entries if e.id not in failed_ids]
+        failed = revert_entries(session, entries, "fanout-partial-failure", options)
+        report.rollback_failures = list(failed.values())
+        report.rolled_back = [e.id for e in entries if e.id not in failed]
         report.wall_s = time.monotonic() - started
         log.warning("fan-out failed", kind=kinds, summary=report.summary())
         raise FanoutFailed(report)
@@ -251,9 +246,9 @@ def inject_requests(session: FaultSession, requests: Sequence[InjectRequest], *,
 
 
 def revert_entries(session: FaultSession, entries: Sequence[FaultEntry], reason: str,
-                   options: FanoutOptions | None = None) -> list[str]:
-    """Revert agent faults concurrently, record them in one ledger write; one line per
-    fault that could not be reverted (``"<kind> <id> on <node>: <why>"``)."""
+                   options: FanoutOptions | None = None) -> dict[str, str]:
+    """Revert agent faults concurrently, record them in one ledger write; by the id of
+    each fault that could not be reverted, one line (``"<kind> <id> on <node>: <why>"``)."""
     target = session.require_target()
 
     def revert(node: str, batch: list[FaultEntry]) -> Waiting:
@@ -284,15 +279,15 @@ def revert_entries(session: FaultSession, entries: Sequence[FaultEntry], reason:
 
 
 def _record_reverts(session: FaultSession, finished: Sequence[Outcome[FaultEntry]],
-                    reason: str) -> list[str]:
+                    reason: str) -> dict[str, str]:
     done: list[tuple[str, float, str]] = []
     events: list[dict[str, Any]] = []
-    failures: list[str] = []
+    failures: dict[str, str] = {}
     for outcome in finished:
         entry = outcome.job
         if outcome.error is not None:
-            failures.append(f"{entry.kind} {entry.id} on {entry.node}: "
-                            f"{_error_text(outcome.error)}")
+            failures[entry.id] = (f"{entry.kind} {entry.id} on {entry.node}: "
+                                  f"{first_line(outcome.error)}")
             continue
         done.append(outcome.value)  # (id, reverted_at, reason), as its batch recorded it
         events.append({"id": entry.id, "kind": entry.kind, "at": outcome.value[1]})

@@ -13,35 +13,16 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from gameday.atomic import replace_file
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 CHAIN_FILE = ".chain-head"
 CHAIN_LOCK = ".chain-head.lock"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory, fsync it, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def encode(journal: dict[str, Any]) -> bytes:
@@ -68,10 +49,11 @@ def write_journal(path: Path, journal: dict[str, Any],
             section["signature"] = signing.declaration(sign_key)
         data = encode(journal)
         digest = hashlib.sha256(data).hexdigest()
-        atomic_write(path, data)
+        replace_file(path, data, mode=0o600, durable=True)
         if sign_key is not None:
-            atomic_write(signing.signature_path(path), signing.sign(sign_key, data))
-        atomic_write(head, f"{digest} {path.name}\n".encode())
+            replace_file(signing.signature_path(path), signing.sign(sign_key, data),
+                         mode=0o600, durable=True)
+        replace_file(head, f"{digest} {path.name}\n".encode(), mode=0o600, durable=True)
     finally:
         os.close(lock)
     return digest

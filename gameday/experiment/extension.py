@@ -8,6 +8,10 @@ from typing import Any
 
 from gameday.errors import InvalidInput
 from gameday.safety.alertmanager import SilenceSpec, silence_spec
+from gameday.targets import TARGET_KINDS
+
+#: The targets an experiment may name (every kind but ``none``).
+_EXPERIMENT_TARGETS = tuple(kind for kind in TARGET_KINDS if kind != "none")
 
 COVERAGE_LAYERS = ("device", "node", "container", "service", "network", "storage")
 DEFAULT_LEASE_S = 30.0
@@ -103,8 +107,8 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
         raise InvalidInput(f"unknown key (known: {', '.join(sorted(_KNOWN_KEYS))})",
                            path=f"{base}.{unknown[0]}")
     target = raw.get("target")
-    if target is not None and target not in ("lab", "host", "kubernetes"):
-        raise InvalidInput(f"must be one of lab, host, kubernetes, got {target!r}",
+    if target is not None and target not in _EXPERIMENT_TARGETS:
+        raise InvalidInput(f"must be one of {', '.join(_EXPERIMENT_TARGETS)}, got {target!r}",
                            path=f"{base}.target")
     coverage = _mapping(raw.get("coverage", {}), f"{base}.coverage")
     layer = coverage.get("layer")

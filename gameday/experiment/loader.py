@@ -18,7 +18,7 @@ import yaml
 
 from faults.base import FaultKind
 from faults.catalogue import by_activity
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, first_line
 from gameday.experiment.extension import Extension, parse_extension
 
 MAX_BYTES = 1_000_000
@@ -92,8 +92,7 @@ def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         line = mark.line + 1 if mark else None
         raise InvalidInput(f"not valid YAML/JSON: {exc.problem}", file=where, line=line) from None
     except (yaml.YAMLError, RecursionError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise InvalidInput(f"not valid YAML/JSON: {first}", file=where) from None
+        raise InvalidInput(f"not valid YAML/JSON: {first_line(exc)}", file=where) from None
     if not isinstance(document, dict):
         raise InvalidInput("must be a mapping (an experiment object)", file=where, line=1)
     try:

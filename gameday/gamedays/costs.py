@@ -17,7 +17,6 @@ Worked example: a measured 30 s RTO with no work lost, at 16,384 GPUs:
 ``Λ·L = 7.76 x 30 = 233 s/day``, ``ETTR = 0.99731``, 1,057 GPU-hours lost per day.
 """
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gameday.errors import InvalidInput
@@ -95,13 +94,3 @@ def project(rto_s: float, rpo_s: float = 0.0, fleet: Fleet | None = None) -> Cos
                           lost_s_per_day=lost,
                           gpu_hours_lost_per_day=fleet.gpus * 24.0 * (1.0 - ettr))
 
-
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) by linear interpolation; None for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    rank = (len(ordered) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)

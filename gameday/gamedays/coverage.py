@@ -44,9 +44,9 @@ from gameday import __version__
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
 from gameday.experiment.extension import COVERAGE_LAYERS
-from gameday.gamedays.costs import percentile
 from gameday.gamedays.playbook import Requirement
 from gameday.report.summary import JournalSummary, is_journal_file, read_summary
+from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")
 
@@ -114,11 +114,11 @@ class Cell:
 
     @property
     def rto_p50(self) -> float | None:
-        return percentile(self.rtos, 50)
+        return percentile(self.rtos, 0.5) if self.rtos else None
 
     @property
     def rto_p95(self) -> float | None:
-        return percentile(self.rtos, 95)
+        return percentile(self.rtos, 0.95) if self.rtos else None
 
     def to_json(self) -> dict[str, Any]:
         return {"fault": self.fault, "layer": self.layer, "runs": self.runs,

@@ -68,13 +68,6 @@ class FaultMix:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def rate_per_gpu_day(self) -> float | None:
-        """Interruptions per GPU per day, when the file gives its observation window."""
-        if self.interruptions is None or not self.days or not self.gpus:
-            return None
-        return self.interruptions / self.days / self.gpus
-
-    @property
     def drawable(self) -> list[Category]:
         return [c for c in self.categories if c.experiments]
 

@@ -33,13 +33,14 @@ from xml.sax.saxutils import escape, quoteattr
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from gameday.atomic import replace_file
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
-from gameday.evidence.journal import atomic_write
-from gameday.gamedays.costs import CostProjection, percentile, project
+from gameday.gamedays.costs import CostProjection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
 from gameday.report.summary import JournalSummary, is_journal_file, read_summary
+from gameday.stats import percentile
 
 
 @dataclass
@@ -130,7 +131,7 @@ def _bound(classname: str, key: str, label: str, values: list[tuple[str, float]]
         return Case(classname, name, "failed", f"gate.{key}: no {label} was measured, so the "
                                                f"{limit:g} s objective did not hold")
     if use_p95:
-        measured = percentile([v for _, v in values], 95) or 0.0
+        measured = percentile([v for _, v in values], 0.95)
         where = f"p95 over {len(values)} runs"
     else:
         where, measured = max(values, key=lambda item: item[1])
@@ -198,7 +199,7 @@ def projections(playbook: Playbook, runs: Sequence[ExperimentRun]
         return None, None
     rpo = max((s.rpo_s for s in measured if s.rpo_s is not None), default=playbook.rpo_s)
     return (project(max(rtos), rpo, playbook.fleet),
-            project(percentile(rtos, 50) or 0.0, rpo, playbook.fleet))
+            project(percentile(rtos, 0.5), rpo, playbook.fleet))
 
 
 def _same_experiment(planned: PlannedExperiment, summary: JournalSummary) -> bool:
@@ -371,6 +372,7 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
 def write_outputs(verdict: GateVerdict, runs: Sequence[ExperimentRun], *,
                   junit: Path | None, summary: Path | None, command: str = "") -> None:
     if junit is not None:
-        atomic_write(junit, junit_xml(verdict))
+        replace_file(junit, junit_xml(verdict), mode=0o600, durable=True)
     if summary is not None:
-        atomic_write(summary, markdown_summary(verdict, runs, command).encode())
+        replace_file(summary, markdown_summary(verdict, runs, command).encode(), mode=0o600,
+                     durable=True)

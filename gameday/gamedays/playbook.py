@@ -47,9 +47,9 @@ from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, LLAMA3_SOURCE, Fleet
 from gameday.gamedays.faultmix import EXPECTATIONS, FaultMix, load_mix
+from gameday.targets import TARGET_KINDS
 
 ON_FAILURE = ("continue", "stop")
-TARGETS = ("lab", "host", "kubernetes", "none")
 GATE_KEYS = ("rto_max_s", "rto_p95_s", "rpo_max_s", "reshard_max_s", "detect_max_s",
              "min_ettr", "min_pass_rate")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -298,8 +298,8 @@ def load_playbook(path: Path) -> Playbook:
         doc.fail(f"unsupported playbook version {version:g} (this gameday reads version 1)",
                  "version")
     target = doc.text("target")
-    if target is not None and target not in TARGETS:
-        doc.fail(f"must be one of {', '.join(TARGETS)}, got {target!r}", "target")
+    if target is not None and target not in TARGET_KINDS:
+        doc.fail(f"must be one of {', '.join(TARGET_KINDS)}, got {target!r}", "target")
     shared = _variables(doc, "variables")
     experiments = [PlannedExperiment(p.name, p.path, p.expect, {**shared, **p.variables})
                    for p in _experiments(doc)]

@@ -25,6 +25,7 @@ from gameday.lab.httpjson import fetch_json
 from gameday.lab.layout import LabPaths, Shape
 from gameday.lab.proc import group_members, pid_alive, process_cmdline
 from gameday.lab.storage import unmount_leftovers
+from gameday.targets import gpu_label
 
 __all__ = ["default_lab_dir", "down", "format_status", "status", "up"]
 
@@ -250,12 +251,12 @@ def format_status(report: dict[str, Any], *, events: int = 8) -> str:
         return "\n".join(lines)
     lines.append("shards:")
     for shard in placement["shards"]:
-        where = f"{shard['node']}/gpu{shard['gpu']}" if shard["node"] is not None else "-"
+        where = gpu_label(shard["node"], shard["gpu"]) if shard["node"] is not None else "-"
         lines.append(f"  {shard['shard']:<3} {where:<12} {shard['status']:<9} "
                      f"pid {shard['pid'] or '-'}")
-    cordoned = [f"{g['node']}/gpu{g['gpu']}" for g in placement["gpus"]
+    cordoned = [gpu_label(g["node"], g["gpu"]) for g in placement["gpus"]
                 if g["state"] == "cordoned"]
-    spares = [f"{g['node']}/gpu{g['gpu']}" for g in placement["gpus"]
+    spares = [gpu_label(g["node"], g["gpu"]) for g in placement["gpus"]
               if g["state"] == "healthy" and not g["shards"]]
     lines.append(f"gpus: {len(placement['gpus'])}, cordoned: {', '.join(cordoned) or 'none'}, "
                  f"spare: {', '.join(spares) or 'none'}")
@@ -263,10 +264,11 @@ def format_status(report: dict[str, Any], *, events: int = 8) -> str:
     if recent:
         lines.append(f"events (last {len(recent)}):")
     for event in recent:
-        where = f"{event['node']}/gpu{event['gpu']}"
+        where = gpu_label(event["node"], event["gpu"])
         extra = ""
         if "to" in event:
-            extra = f" shard {event.get('shard')} -> {event['to']['node']}/gpu{event['to']['gpu']}"
+            to = event["to"]
+            extra = f" shard {event.get('shard')} -> {gpu_label(to['node'], to['gpu'])}"
         elif event.get("alert"):
             extra = f" {event['alert']}"
         lines.append(f"  {clock(event['t'])} {event['type']:<15} {where}{extra}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.lab.files import read_json, write_atomic
+from gameday.targets import gpu_label
 
 __all__ = [
     "CLOCK_EVENT_HW_THERMAL",
@@ -77,7 +78,7 @@ class GpuState:
     @property
     def label(self) -> str:
         """``node-0/gpu1``."""
-        return f"{self.node}/gpu{self.index}"
+        return gpu_label(self.node, self.index)
 
     def with_values(self, changes: Mapping[str, Any]) -> "GpuState":
         """A copy with ``changes`` (field name to value); ``TypeError`` for a name that

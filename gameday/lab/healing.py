@@ -29,6 +29,7 @@ from gameday.lab.alerts import Alert
 from gameday.lab.launcher import ShardHandle, ShardLauncher
 from gameday.lab.placement import GpuKey, GpuSlot, choose_gpu
 from gameday.lab.routes import Route
+from gameday.targets import gpu_label
 
 __all__ = ["Healer", "HealerMetrics", "ShardStatus", "StartReason"]
 
@@ -228,7 +229,7 @@ class Healer:
                 inst.url = url
                 self._commit(shard, start)
             return
-        log.warning("shard_start_failed", shard=shard.shard, gpu=_label(inst.gpu),
+        log.warning("shard_start_failed", shard=shard.shard, gpu=gpu_label(*inst.gpu),
                     problem=problem)
         self._retire(inst.handle, mono)
         shard.starting = None
@@ -255,7 +256,7 @@ class Healer:
             self._event("shard_moved", old.gpu, shard=shard.shard, to=to)
         elif start.reason == "restarted" and old is not None:
             self._event("shard_restarted", old.gpu, shard=shard.shard, to=to)
-        log.info("shard_serving", shard=shard.shard, gpu=_label(start.instance.gpu),
+        log.info("shard_serving", shard=shard.shard, gpu=gpu_label(*start.instance.gpu),
                  reason=start.reason, url=start.instance.url, version=self.version)
 
     def _retire(self, handle: ShardHandle, mono: float) -> None:
@@ -325,6 +326,3 @@ class Healer:
         del self.events[:-MAX_EVENTS]
         log.info("event", **event)
 
-
-def _label(gpu: GpuKey) -> str:
-    return f"{gpu[0]}/gpu{gpu[1]}"

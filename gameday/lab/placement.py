@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from gameday.targets import gpu_label
+
 __all__ = ["GpuKey", "GpuSlot", "choose_gpu", "initial_placement"]
 
 GpuKey = tuple[str, int]  # (node, gpu index)
@@ -34,7 +36,7 @@ class GpuSlot:
 
     @property
     def label(self) -> str:
-        return f"{self.node}/gpu{self.gpu}"
+        return gpu_label(self.node, self.gpu)
 
 
 def initial_placement(nodes: Sequence[str], gpus_per_node: int, shards: int) -> list[GpuKey]:

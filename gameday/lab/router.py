@@ -40,6 +40,7 @@ from gameday.lab.model import Array, ModelSpec, combine, load_bias, load_spec
 from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 from gameday.lab.routes import Route, RouteTable, routes_from_json
 from gameday.lab.servicefaults import RouterFaults
+from gameday.targets import gpu_label
 
 __all__ = ["Router", "main"]
 
@@ -101,7 +102,7 @@ class Router:
         if changed:
             self._forget_pools({r.url for r in routes})
             log.info("routes_updated", epoch=epoch, version=version,
-                     routes={r.shard: f"{r.node}/gpu{r.gpu}" for r in routes})
+                     routes={r.shard: gpu_label(r.node, r.gpu) for r in routes})
         return changed
 
     def _call(self, route: Route, payload: bytes, rows: int) -> Array:

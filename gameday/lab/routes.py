@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gameday.targets import gpu_label
+
 __all__ = ["Route", "RouteTable", "routes_from_json"]
 
 
@@ -24,7 +26,7 @@ class Route:
     @property
     def where(self) -> str:
         """``shard 0 (node-0/gpu0)``."""
-        return f"shard {self.shard} ({self.node}/gpu{self.gpu})"
+        return f"shard {self.shard} ({gpu_label(self.node, self.gpu)})"
 
     def to_json(self) -> dict[str, Any]:
         return {"shard": self.shard, "node": self.node, "gpu": self.gpu, "url": self.url}

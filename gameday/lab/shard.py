@@ -49,6 +49,7 @@ from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import ShardWeights, load_shard, load_spec
 from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
+from gameday.targets import gpu_label
 
 __all__ = ["ShardOutOfMemory", "ShardServer", "gpu_fault", "main", "out_of_memory",
            "throttle_delay_s"]
@@ -113,7 +114,7 @@ class ShardServer:
         self.shard = shard
         self.node = node
         self.gpu = gpu
-        self.label = f"{node}/gpu{gpu}"
+        self.label = gpu_label(node, gpu)
         self.d_in = load_spec(paths.store).d_in
         self._watcher = GpuStateWatcher(node_state_path(paths.node_dir(node)), gpu)
         self._on_fatal = on_fatal

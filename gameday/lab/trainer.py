@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from gameday.atomic import replace_file
 from gameday.lab.httpjson import Handler, JsonServer, Request, Response, json_response
 from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
@@ -90,20 +91,7 @@ class CheckpointStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         np.savez(buffer, step=np.int64(checkpoint.step), weights=checkpoint.weights)
-        final = self.path(checkpoint.step)
-        temporary = final.with_name(final.name + ".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, buffer.getvalue())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, final)
-        directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_file(self.path(checkpoint.step), buffer.getvalue(), durable=True)
         for old in self.steps()[KEEP:]:
             self.path(old).unlink(missing_ok=True)
 

@@ -1,1 +1,1 @@
-"""Reports: the terminal verdict table (and, later, HTML and Markdown)."""
+"""Reports: the terminal verdict table, one journal as HTML or Markdown, its timeline."""

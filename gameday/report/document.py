@@ -19,6 +19,7 @@ from gameday.report.summary import JournalSummary, read_journal
 from gameday.report.svg import objectives_svg, timeline_svg
 from gameday.report.terminal import verdict_table
 from gameday.report.timeline import build_timeline
+from gameday.targets import gpu_label
 
 FORMATS = ("html", "md")
 SCALE_FLEETS = (1_024, 16_384, 131_072)
@@ -131,7 +132,8 @@ def _faults_html(journal: dict[str, Any]) -> str:
     rows = [_row("kind", "where", "injected at", "applied", "reverted", "reason", header=True)]
     for fault in faults:
         target = fault.get("target") or {}
-        where = f"{fault.get('node')}" + (f"/gpu{target['gpu']}" if "gpu" in target else "")
+        where = (gpu_label(fault.get("node"), target["gpu"]) if "gpu" in target
+                 else f"{fault.get('node')}")
         rows.append(_row(_esc(fault.get("kind")), _esc(where), _esc(fault.get("injected_at")),
                          _when(fault.get("applied_at")), _when(fault.get("reverted_at")),
                          _esc(fault.get("revert_reason") or "-")))

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from gameday.errors import InvalidInput
-from gameday.gamedays.costs import Fleet, percentile, project
+from gameday.gamedays.costs import Fleet, project
 from gameday.report.document import CSP, STYLE
 from gameday.report.summary import JournalSummary, read_summary
 from gameday.report.svg import objectives_svg
 from gameday.report.timeline import Objective
+from gameday.stats import percentile
 
 __all__ = ["PlaybookReport", "is_playbook_record", "read_record", "render_html",
            "render_markdown"]
@@ -138,7 +139,7 @@ def _at_scale(report: PlaybookReport, fleet: Fleet) -> list[tuple[str, str]]:
         return []
     rpo = max((r.summary.rpo_s or 0.0 for r in report.rows if r.summary), default=0.0)
     lines = []
-    for label, rto in (("worst RTO", max(rtos)), ("median RTO", percentile(rtos, 50) or 0.0)):
+    for label, rto in (("worst RTO", max(rtos)), ("median RTO", percentile(rtos, 0.5))):
         lines.append((f"{label} {rto:.2f} s", project(rto, rpo, fleet).line()))
     return lines
 

@@ -79,11 +79,6 @@ class JournalSummary:
         """What counts as one scenario in the coverage matrix: the experiment file."""
         return self.experiment_file or self.title
 
-    @property
-    def ended_iso(self) -> str:
-        return datetime.datetime.fromtimestamp(self.ended_at, datetime.UTC).strftime(
-            "%Y-%m-%dT%H:%M:%SZ") if self.ended_at else "-"
-
 
 def _epoch(value: Any) -> float:
     if isinstance(value, int | float):

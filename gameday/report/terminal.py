@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gameday.targets import gpu_label
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -54,7 +56,7 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append((f"steady state {phase}", "PASS" if met else "FAIL", f"{probes} probes"))
     onset = min((f["applied_at"] for f in gd.get("faults") or []), default=None)
     for fault in gd.get("faults") or []:
-        where = f"{fault.get('node')}/gpu{fault['target']['gpu']}" if "gpu" in fault.get(
+        where = gpu_label(fault.get("node"), fault["target"]["gpu"]) if "gpu" in fault.get(
             "target", {}) else fault.get("node", "")
         reverted = fault.get("reverted_at")
         detail = (f"{where} injected_at={fault.get('injected_at')} "

@@ -8,6 +8,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+from gameday.targets import gpu_label
+
 
 @dataclass(frozen=True)
 class Window:
@@ -72,10 +74,8 @@ def _epoch(value: Any) -> float | None:
 
 def _gpu(fault: dict[str, Any]) -> str:
     target = fault.get("target") or {}
-    where = str(fault.get("node") or "")
-    if "gpu" in target:
-        where += f"/gpu{target['gpu']}"
-    return where
+    node = str(fault.get("node") or "")
+    return gpu_label(node, target["gpu"]) if "gpu" in target else node
 
 
 def build_timeline(journal: dict[str, Any]) -> Timeline:

@@ -54,7 +54,7 @@ from typing import Any, TextIO
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.agent_client import AgentClient
-from gameday.errors import AgentError, GamedayError, ObservabilityError
+from gameday.errors import AgentError, GamedayError, ObservabilityError, first_line
 from gameday.evidence.ledger import FaultEntry, append_event, read_ledger, read_silences
 from gameday.safety.alertmanager import AlertmanagerClient
 from gameday.safety.locks import runs_holding_locks
@@ -255,7 +255,7 @@ def _revert_kubernetes(fault: dict[str, Any], api: _KubernetesApi, source: str,
     try:
         reverted_at, reason = route.revert(_entry(fault))
     except (GamedayError, HTTPError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         node = str(fault.get("node", ""))
         if _node_missing(route, node):
             _unreachable(fault, f"{source}, via kubernetes", f"node {node} does not exist in "

@@ -25,9 +25,6 @@ import os
 import re
 import signal
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
@@ -38,6 +35,8 @@ from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine import signals
 from gameday.errors import GamedayError
 from gameday.experiment.extension import SafeguardSpec
+from gameday.httpclient import HttpRequest, send
+from gameday.promql import PromQL, PromQLError
 
 log = structlog.get_logger("gameday.safety.safeguards")
 
@@ -71,13 +70,10 @@ def substitute(text: str, configuration: Mapping[str, Any]) -> str:
 
 
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return int(response.status), bytes(response.read(1_000_000))
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), bytes(exc.read(1_000_000) or b"")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise Unmeasurable(f"cannot read {url}: {exc}") from None
+    answer = send(HttpRequest(url, timeout_s=timeout_s))
+    if answer.status is None:
+        raise Unmeasurable(f"cannot read {url}: {answer.error}")
+    return answer.status, answer.body
 
 
 def _dig(document: Any, path: str) -> float:
@@ -106,21 +102,13 @@ def measure(spec: SafeguardSpec, configuration: Mapping[str, Any],
         base = configuration.get("prometheus_url")
         if not base:
             raise Unmeasurable("no prometheus_url in the configuration")
-        query = urllib.parse.urlencode({"query": substitute(spec.promql, configuration)})
-        status, body = _get(f"{str(base).rstrip('/')}/api/v1/query?{query}", timeout_s)
         try:
-            answer = json.loads(body)
-        except ValueError:
-            raise Unmeasurable(f"Prometheus answered {status} with no JSON") from None
-        if status != 200 or not isinstance(answer, dict) or answer.get("status") != "success":
-            error = answer.get("error") if isinstance(answer, dict) else None
-            raise Unmeasurable(f"Prometheus answered {status}: {error or 'error'}")
-        result = answer.get("data", {}).get("result")
-        if isinstance(result, list):
-            if not result:
-                raise Unmeasurable("the query returned no series")
-            return _dig(result[0], "value.1")
-        return _dig(answer.get("data", {}), "result.1")
+            samples = PromQL(str(base), timeout_s).instant(substitute(spec.promql, configuration))
+        except PromQLError as exc:
+            raise Unmeasurable(str(exc)) from None
+        if not samples:
+            raise Unmeasurable("the query returned no series")
+        return samples[0][1]
     url = substitute(str(spec.http), configuration)
     status, body = _get(url, timeout_s)
     if spec.json is None:

@@ -16,9 +16,8 @@ from typing import Any
 
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput, TargetUnavailable
-from gameday.httpjson import get_json
-
-TARGET_KINDS = ("lab", "host", "kubernetes", "none")
+from gameday.httpclient import get_json
+from gameday.targets import gpu_label
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class GpuRef:
     nvlink_domain: str = ""
 
     def label(self) -> str:
-        return f"{self.node}/gpu{self.index}"
+        return gpu_label(self.node, self.index)
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "index": self.index, "uuid": self.uuid,

@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from gameday.errors import InvalidInput
-from gameday.targets.base import TARGET_KINDS, Target, host_target, lab_target
+from gameday.targets import TARGET_KINDS
+from gameday.targets.base import Target, host_target, lab_target
 
 __all__ = ["open_target"]
 

@@ -2,6 +2,8 @@
 
 import inspect
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,19 @@ def test_faults_command_lists_every_kind(tmp_path: Path) -> None:
     assert listed == set(CATALOGUE)
     text = gameday(["faults"], cli_env(tmp_path)).stdout
     assert all(name in text for name in CATALOGUE)
+
+
+def test_faults_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """``gameday faults | head -1``: the reader is gone before gameday writes (its end of
+    a real pipe closed first), so every write fails with EPIPE."""
+    from tests.conftest import BIN, cli_env
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([str(BIN / "gameday"), "faults"], env=cli_env(tmp_path),
+                                cwd=REPO, stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")

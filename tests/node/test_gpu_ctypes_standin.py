@@ -1,8 +1,10 @@
-"""gameday's real ctypes bindings to the CUDA driver and NVML, its DCGM client, and
-bench/gpu_check.py, run against STAND-INS: small C implementations of ``libcuda.so.1``
-and ``libnvidia-ml.so.1`` (tests/node/gpu_standin/*.c) compiled here with the C
-compiler, and stand-in DCGM Python bindings (tests/node/gpu_standin/dcgm_bindings/,
-the module and function names of DCGM's own). They check argument passing, structures,
+"""gameday's real bindings to the CUDA driver (ctypes) and NVML (pynvml), its DCGM
+client, and bench/gpu_check.py, run against STAND-INS: small C implementations of
+``libcuda.so.1`` and ``libnvidia-ml.so.1`` (tests/node/gpu_standin/*.c) compiled here with
+the C compiler (the NVML one also as an older driver's, without the current calls), and
+stand-in DCGM Python bindings (tests/node/gpu_standin/dcgm_bindings/, the module and
+function names of DCGM's own). pynvml loads the stand-in as it loads the driver's
+library, by name through ``LD_LIBRARY_PATH``. They check argument passing, structures,
 error mapping and context handling of the real code; what a real driver and DCGM do is
 checked by bench/gpu_check.py on a GPU machine. Everything runs in subprocesses, so the
 stand-ins never load into the test process."""
@@ -30,10 +32,15 @@ def standin_libs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if compiler is None:
         pytest.skip("no C compiler to build the stand-in CUDA and NVML libraries")
     directory = tmp_path_factory.mktemp("gdgpu-libs")
-    for source, name, extra in (("libcuda_standin.c", "libcuda.so.1", []),
-                                ("libnvml_standin.c", "libnvidia-ml.so.1", ["-ldl"])):
-        subprocess.run([compiler, "-shared", "-fPIC", "-Wall", f"-Wl,-soname,{name}", "-o",
-                        str(directory / name), str(SOURCES / source), *extra],
+    (directory / "old-driver").mkdir()
+    for source, name, extra in (
+            ("libcuda_standin.c", "libcuda.so.1", []),
+            ("libnvml_standin.c", "libnvidia-ml.so.1", ["-ldl"]),
+            ("libnvml_standin.c", "old-driver/libnvidia-ml.so.1",
+             ["-ldl", "-DSTANDIN_OLD_DRIVER"])):
+        subprocess.run([compiler, "-shared", "-fPIC", "-Wall",
+                        f"-Wl,-soname,{Path(name).name}", "-o", str(directory / name),
+                        str(SOURCES / source), *extra],
                        check=True, capture_output=True, timeout=60)
     yield directory
 
@@ -64,6 +71,15 @@ def test_nvml_reads_through_ctypes(seen: dict[str, Any]) -> None:
     assert (gpu0["ecc_corrected"], gpu0["ecc_uncorrected"]) == (5, 1)
     assert gpu1["ecc_corrected"] is None and gpu0["clocks_event_reasons"] == 1
     assert seen["not_supported"] == "nvmlDeviceSetGpuLockedClocks: Not Supported"
+
+
+def test_nvml_falls_back_to_the_old_calls_only_on_an_old_driver(standin_libs: Path) -> None:
+    script = ("import json; from gameday.node.host.nvml import LibNvml; nvml = LibNvml(); "
+              "print(json.dumps([nvml.unavailable(), nvml.temperature_c(1), "
+              "nvml.clocks_event_reasons(0)]))")
+    old = run_with(standin_libs / "old-driver", "-c", script)
+    assert old.returncode == 0, old.stderr
+    assert json.loads(old.stdout) == [None, 41, 1]  # ...Temperature, ...ThrottleReasons
 
 
 def test_cuda_holds_and_frees_through_ctypes_leaving_no_context(seen: dict[str, Any]) -> None:

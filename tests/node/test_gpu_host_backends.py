@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from gameday.agent.backend import FaultRequest
@@ -27,7 +28,16 @@ from gameday.node.host.cuda import CudaError, LibCuda, hold_memory
 from gameday.node.host.dcgm import FIELDS, HeldInjection, PyDcgm
 from gameday.node.host.gpu import GpuHost, gpu_handlers
 from gameday.node.host.kmsg import KernelLog, pci_for_xid, xid_line
-from gameday.node.host.nvml import LibNvml, NvmlError, NvmlNotSupported, read_gpu
+from gameday.node.host.nvml import (
+    LibNvml,
+    NvmlDeprecated,
+    NvmlError,
+    NvmlFunctionMissing,
+    NvmlNoPermission,
+    NvmlNotSupported,
+    _nvml_error,
+    read_gpu,
+)
 from tests.conftest import REPO
 
 GIB = 1 << 30
@@ -405,6 +415,23 @@ def test_the_real_libraries_say_why_they_are_unavailable_here(tmp_path: Path) ->
     assert backend.inventory()["gpus"] == []
     with pytest.raises(FaultRejected, match="cannot be applied on this host"):
         backend.apply("x", request("gpu.xid", 0, xid=48))
+
+
+@pytest.mark.parametrize(("code", "meaning", "text"), [
+    (pynvml.NVML_ERROR_NOT_SUPPORTED, NvmlNotSupported, "Not Supported"),
+    (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, NvmlFunctionMissing, "Function Not Found"),
+    (pynvml.NVML_ERROR_DEPRECATED, NvmlDeprecated, ""),
+    (pynvml.NVML_ERROR_NO_PERMISSION, NvmlNoPermission, "Insufficient Permissions"),
+    (pynvml.NVML_ERROR_GPU_IS_LOST, NvmlError, "GPU is lost"),
+])
+def test_pynvml_errors_keep_their_meaning(code: int, meaning: type[NvmlError],
+                                          text: str) -> None:
+    """pynvml's own exception classes (made from NVML return codes, no library needed)."""
+    error = _nvml_error("nvmlDeviceSetGpuLockedClocks", pynvml.NVMLError(code))
+    assert type(error) is meaning
+    assert str(error).startswith("nvmlDeviceSetGpuLockedClocks: " + text)
+    assert isinstance(error, NvmlNotSupported) == (meaning in (
+        NvmlNotSupported, NvmlFunctionMissing, NvmlDeprecated))
 
 
 def test_read_gpu_reads_everything_and_tolerates_unsupported_fields() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gameday.gamedays import coverage
-from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, Fleet, percentile, project
+from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, Fleet, project
 from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
@@ -47,7 +47,6 @@ def test_costs_formula() -> None:
     assert round(p.gpu_hours_lost_per_day) == 1057
     with_rpo = project(30.0, rpo_s=600.0, fleet=Fleet(gpus=1024))
     assert with_rpo.ettr == pytest.approx(1 / (1 + 419 / 54 / 16 * 630 / 86400))
-    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 95) is None
 
 
 def test_gate_passes_with_expected_failure(tmp_path: Path) -> None:

@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from gameday.agent.server import AgentServer
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import MAX_DEPTH, load_experiment
+from gameday.gamedays.playbook import load_playbook
 from gameday.safety.targetconfig import load_target_config
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
-CASES: dict[str, int] = {}
 FLAGSHIP = yaml.safe_load((REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml").read_text())
 # The default budget is small and reproducible (same cases every run); set
 # GAMEDAY_FUZZ_EXAMPLES=N for a longer, randomised campaign.
@@ -84,8 +84,7 @@ def mutated_experiments(draw: st.DrawFn) -> Any:
     return document
 
 
-def _check_load(path: Path, loader: Any, kind: str) -> None:
-    CASES[kind] = CASES.get(kind, 0) + 1
+def _check_load(path: Path, loader: Any) -> None:
     try:
         loader(path)
     except InvalidInput as error:
@@ -110,7 +109,7 @@ def test_experiment_loader_on_mutated_documents(document: Any,
         text = yaml.safe_dump(document)
     except (yaml.YAMLError, ValueError):
         return
-    _check_load(_write(tmp, "exp.yaml", text), load_experiment, "experiment (structure)")
+    _check_load(_write(tmp, "exp.yaml", text), load_experiment)
 
 
 @FUZZ
@@ -121,7 +120,7 @@ def test_experiment_loader_on_mutated_documents(document: Any,
 def test_experiment_loader_on_random_bytes(raw: bytes,
                                            tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("raw")
-    _check_load(_write(tmp, "exp.yaml", raw), load_experiment, "experiment (bytes)")
+    _check_load(_write(tmp, "exp.yaml", raw), load_experiment)
 
 
 def test_loader_size_and_nesting_bounds(tmp_path: Path) -> None:
@@ -152,8 +151,7 @@ target_documents = st.fixed_dictionaries({}, optional={
 @given(document=target_documents)
 def test_target_config_loader(document: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("tc")
-    _check_load(_write(tmp, "target.yaml", yaml.safe_dump(document)), load_target_config,
-                "target configuration")
+    _check_load(_write(tmp, "target.yaml", yaml.safe_dump(document)), load_target_config)
 
 
 def test_target_config_errors_name_file_path_and_line(tmp_path: Path) -> None:
@@ -179,10 +177,8 @@ playbook_documents = st.fixed_dictionaries({"title": st.text(max_size=5) | json_
 @FUZZ
 @given(document=playbook_documents)
 def test_playbook_loader(document: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    playbook = pytest.importorskip("gameday.gamedays.playbook", reason="no playbook loader yet")
     tmp = tmp_path_factory.mktemp("pb")
-    _check_load(_write(tmp, "playbook.yaml", yaml.safe_dump(document)), playbook.load_playbook,
-                "playbook")
+    _check_load(_write(tmp, "playbook.yaml", yaml.safe_dump(document)), load_playbook)
 
 
 # -- the agent API, from its OpenAPI description ---------------------------------------
@@ -293,14 +289,15 @@ def test_agent_api_fuzzed_from_its_openapi(tmp_path: Path) -> None:
         spec = json.loads(raw)
         assert spec["openapi"].startswith("3.") and "/v1/faults" in spec["paths"]
         acknowledged: list[str] = []
+        statuses: set[int] = set()
 
         @settings(max_examples=3 * EXAMPLES, deadline=None, derandomize=FIXED, database=None,
                   suppress_health_check=[HealthCheck.too_slow])
         @given(data=st.data())
         def one_request(data: st.DataObject) -> None:
             method, path, body, headers = data.draw(api_requests(spec, acknowledged))
-            CASES["agent API request"] = CASES.get("agent API request", 0) + 1
             status, raw = _send(server, method, path, body, headers)
+            statuses.add(status)
             assert status < 500, (method, path, body, status, raw[:200])
             valid_auth = headers.get("Authorization") in VALID_AUTH  # scheme is case-blind
             if not valid_auth and path.partition("?")[0] not in ("/healthz", "/metrics",
@@ -318,7 +315,9 @@ def test_agent_api_fuzzed_from_its_openapi(tmp_path: Path) -> None:
             _send(server, "DELETE", f"/v1/faults/{fault_id}", None,
                   {"Authorization": f"Bearer {TOKEN}"})
         assert server.registry.faults() == []
-        CASES["agent faults acknowledged then reverted"] = len(acknowledged)
+        # the requests reached both sides: faults really applied, and requests refused
+        assert acknowledged, "no generated request applied a fault"
+        assert statuses & {400, 401, 404, 409}, sorted(statuses)
 
 
 def test_invalid_experiments_through_the_cli_inject_nothing(tmp_path: Path) -> None:
@@ -345,13 +344,7 @@ def test_invalid_experiments_through_the_cli_inject_nothing(tmp_path: Path) -> N
                 document.pop("steady-state-hypothesis")
                 path.write_text(yaml.safe_dump(document))
             result = gameday(["run", str(path)], env, timeout=60)
-            CASES["CLI invalid run"] = CASES.get("CLI invalid run", 0) + 1
             assert result.returncode == 2, (name, result.stdout, result.stderr)
             assert len(result.stderr.strip().splitlines()) == 1, (name, result.stderr)
             assert "Traceback" not in result.stderr + result.stdout
             assert servers["node-0"].registry.faults(include_reverted=True) == [], name
-
-
-def test_report_fuzz_case_counts() -> None:
-    """Prints how many cases each fuzzer ran (the figure in the issue's closing note)."""
-    print("\nfuzz cases:", json.dumps(CASES, sort_keys=True), "total", sum(CASES.values()))

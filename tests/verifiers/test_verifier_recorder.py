@@ -14,6 +14,7 @@ from gameday import controls
 from gameday.clock import FakeClock
 from gameday.engine.recorder import Channel, Reading, Recorder
 from gameday.engine.session import Session, deactivate
+from gameday.promql import PromQL
 from tests.verifiers.verifier_helpers import (
     ModelServer,
     PlacementServer,
@@ -24,7 +25,6 @@ from tests.verifiers.verifier_helpers import (
     record_fault,
     shard,
 )
-from verifiers._promql import PromQL
 from verifiers.detection import PlacementDetection, PromQLDetection
 from verifiers.placement import HttpPlacementSource
 from verifiers.rto import measure_recovery

@@ -10,13 +10,13 @@ from chaoslib.exceptions import ActivityFailed
 from prometheus_client import Gauge
 
 from gameday.engine.session import deactivate
+from gameday.promql import PromQL, PromQLError, Series
 from tests.verifiers.verifier_helpers import (
     PrometheusUnderTest,
     new_session,
     only_result,
     record_fault,
 )
-from verifiers._promql import PromQL, PromQLError, Series
 from verifiers.rpo import assess_checkpoint_loss, checkpoint_loss, find_restart, stream_loss
 
 

@@ -5,6 +5,7 @@ import pytest
 from chaoslib.exceptions import ActivityFailed
 
 from gameday.engine.session import Session, deactivate
+from gameday.stats import percentile
 from gameday.targets.base import Target
 from tests.verifiers.verifier_helpers import (
     ModelServer,
@@ -13,19 +14,22 @@ from tests.verifiers.verifier_helpers import (
     new_session,
     only_result,
 )
-from verifiers.steady import http_latency_ok, percentile, prometheus_query_ok
+from verifiers.steady import http_latency_ok, prometheus_query_ok
 
 # -- HTTP latency -------------------------------------------------------------------------
 
 
-def test_percentile_is_nearest_rank() -> None:
+def test_the_latency_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 21)]
-    assert percentile(values, 0.99) == 20.0
-    assert percentile(values, 0.5) == 10.0
-    assert percentile([float(v) for v in range(1, 201)], 0.99) == 198.0
-    assert percentile([3.0], 0.99) == 3.0
-    with pytest.raises(ValueError):
+    assert percentile(values, 0.99, nearest_rank=True) == 20.0
+    assert percentile(values, 0.5, nearest_rank=True) == 10.0
+    assert percentile([float(v) for v in range(1, 201)], 0.99, nearest_rank=True) == 198.0
+    assert percentile([3.0], 0.99, nearest_rank=True) == 3.0
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5  # the RTO percentiles interpolate
+    with pytest.raises(ValueError, match="no values"):
         percentile([], 0.99)
+    with pytest.raises(ValueError, match="quantile must be in"):
+        percentile([1.0], 99)
 
 
 def test_latency_ok_records_the_measurement(session: Session, model: ModelServer) -> None:

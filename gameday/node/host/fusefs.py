@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gameday.atomic import replace_file
 from gameday.errors import FaultRejected
 from gameday.node.faultfs.control import ControlError, FaultFsClient
 from gameday.node.faultfs.mount import FaultFsMount, is_mounted, unmount
@@ -56,10 +57,7 @@ class FaultFsLayers:
         return {"path": str(path), "faults": []}
 
     def _save(self, path: Path, meta: dict[str, Any]) -> None:
-        target = self._dir(path) / "meta.json"
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, target)
+        replace_file(self._dir(path) / "meta.json", json.dumps(meta).encode())
 
     def client(self, path: Path) -> FaultFsClient:
         return self._mount(path).client

@@ -1,23 +1,35 @@
 """NVML: reading GPUs, and the opt-in clock and power settings ``gpu.thermal`` may change.
 
-:class:`Nvml` is the seam; :class:`LibNvml` implements it with ctypes on
-``libnvidia-ml.so.1`` (the driver's library; no Python package needed). Reads:
-count, name, UUID, PCI bus id, memory, temperature, SM clock (current and max), ECC
-volatile totals, clocks-event reasons. Settings (root; only ``gpu.thermal`` with
+:class:`Nvml` is the seam; :class:`LibNvml` implements it with ``pynvml`` (the
+``nvidia-ml-py`` package) over the driver's ``libnvidia-ml.so.1``. Reads: count, name,
+UUID, PCI bus id, memory, temperature, SM clock (current and max), ECC volatile totals,
+clocks-event reasons. Settings (root; only ``gpu.thermal`` with
 ``allow_device_settings: true`` uses them): locked GPU clocks
 (``nvmlDeviceSetGpuLockedClocks`` / ``nvmlDeviceResetGpuLockedClocks``) and the power
 limit (``nvmlDeviceSetPowerManagementLimit``, restored to its earlier value).
+
+``pynvml`` is imported when present: without it (a bare system Python running
+``bench/gpu_check.py``) :meth:`LibNvml.unavailable` says so.
 """
 
-import ctypes
-import threading
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-__all__ = ["GpuReading", "LibNvml", "Nvml", "NvmlError", "NvmlNotSupported", "read_gpu"]
+__all__ = ["HAVE_PYNVML", "GpuReading", "LibNvml", "Nvml", "NvmlDeprecated", "NvmlError",
+           "NvmlFunctionMissing", "NvmlNoPermission", "NvmlNotSupported", "read_gpu"]
+
+_pynvml: Any
+try:
+    _pynvml = importlib.import_module("pynvml")
+except ImportError:
+    _pynvml = None
+
+#: Whether ``pynvml`` could be imported (without it, NVML is unavailable).
+HAVE_PYNVML: Final = _pynvml is not None
 
 _LIBRARY: Final = "libnvidia-ml.so.1"
-_NVML_ERROR_NOT_SUPPORTED: Final = 3
 _NVML_TEMPERATURE_GPU: Final = 0
 _NVML_CLOCK_SM: Final = 1
 _NVML_MEMORY_ERROR_CORRECTED: Final = 0
@@ -30,7 +42,22 @@ class NvmlError(Exception):
 
 
 class NvmlNotSupported(NvmlError):
-    """The device does not support the call (``NVML_ERROR_NOT_SUPPORTED``)."""
+    """The device does not support the call (``NVML_ERROR_NOT_SUPPORTED``): a read gives
+    no value, a setting needs another way."""
+
+
+class NvmlFunctionMissing(NvmlNotSupported):
+    """The driver's NVML has no such call (older than the call): a caller may try the
+    call's older name; otherwise the same as not supported."""
+
+
+class NvmlDeprecated(NvmlNotSupported):
+    """The driver no longer answers this deprecated call (``NVML_ERROR_DEPRECATED``):
+    the same as not supported."""
+
+
+class NvmlNoPermission(NvmlError):
+    """The call needs more privilege than the agent has (settings need root)."""
 
 
 class Nvml(Protocol):
@@ -122,131 +149,116 @@ def read_gpu(nvml: Nvml, index: int) -> GpuReading:
                       clocks_event_reasons=_optional(nvml.clocks_event_reasons, index))
 
 
-class _PciInfo(ctypes.Structure):
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
-                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
-                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
+def _nvml_error(name: str, exc: Exception) -> NvmlError:
+    """``exc`` (a pynvml ``NVMLError``) as the :class:`NvmlError` that says what it means."""
+    message = f"{name}: {exc}"
+    deprecated = getattr(_pynvml, "NVMLError_Deprecated", None)
+    if isinstance(exc, _pynvml.NVMLError_NotSupported):
+        return NvmlNotSupported(message)
+    if isinstance(exc, _pynvml.NVMLError_FunctionNotFound):
+        return NvmlFunctionMissing(message)
+    if deprecated is not None and isinstance(exc, deprecated):
+        return NvmlDeprecated(message)
+    if isinstance(exc, _pynvml.NVMLError_NoPermission):
+        return NvmlNoPermission(message)
+    return NvmlError(message)
 
 
-class _Memory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
-                ("used", ctypes.c_ulonglong)]
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class LibNvml:
-    """:class:`Nvml` on the real ``libnvidia-ml.so.1`` through ctypes.
+    """:class:`Nvml` on the real ``libnvidia-ml.so.1`` through ``pynvml``.
 
-    Loading never raises: :meth:`unavailable` says why NVML cannot be used.
+    Loading never raises: :meth:`unavailable` says why NVML cannot be used, and every
+    call then raises :class:`NvmlError` with that reason. NVML's calls are thread-safe.
     """
 
-    def __init__(self, library: str = _LIBRARY) -> None:
-        self._lib: ctypes.CDLL | None = None
+    def __init__(self) -> None:
         self._reason: str | None = None
-        self._lock = threading.Lock()
-        try:
-            self._lib = ctypes.CDLL(library)
-        except OSError as exc:
-            self._reason = f"no NVIDIA driver ({exc})"
+        if _pynvml is None:
+            self._reason = "no pynvml to reach NVML (install nvidia-ml-py)"
             return
         try:
-            self._call("nvmlInit_v2")
-        except NvmlError as exc:
-            self._lib, self._reason = None, f"NVML does not initialise: {exc}"
+            _pynvml.nvmlInit()
+        except _pynvml.NVMLError_LibraryNotFound as exc:
+            self._reason = f"no NVIDIA driver ({_LIBRARY}: {exc})"
+        except _pynvml.NVMLError as exc:
+            self._reason = f"NVML does not initialise: {exc}"
 
     def unavailable(self) -> str | None:
         return self._reason
 
-    def _call(self, name: str, *args: object) -> None:
-        if self._lib is None:
-            raise NvmlError(self._reason or "NVML is not loaded")
-        with self._lock:
-            result = int(getattr(self._lib, name)(*args))
-        if result != 0:
-            error = self._lib.nvmlErrorString
-            error.restype = ctypes.c_char_p
-            text = error(result)
-            message = f"{name}: {text.decode() if text else f'nvmlReturn {result}'}"
-            if result == _NVML_ERROR_NOT_SUPPORTED:
-                raise NvmlNotSupported(message)
-            raise NvmlError(message)
+    def _call(self, name: str, *args: Any) -> Any:
+        """``pynvml.<name>(*args)``; its errors as :class:`NvmlError` naming the call."""
+        if self._reason is not None:
+            raise NvmlError(self._reason)
+        call: Callable[..., Any] | None = getattr(_pynvml, name, None)
+        if call is None:
+            raise NvmlFunctionMissing(f"{name}: not in this pynvml")
+        try:
+            return call(*args)
+        except _pynvml.NVMLError as exc:
+            raise _nvml_error(name, exc) from None
 
-    def _handle(self, index: int) -> ctypes.c_void_p:
-        handle = ctypes.c_void_p()
-        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
-        return handle
-
-    def _uint(self, name: str, index: int, *args: object) -> int:
-        value = ctypes.c_uint()
-        self._call(name, self._handle(index), *args, ctypes.byref(value))
-        return value.value
-
-    def _text(self, name: str, index: int, size: int = 96) -> str:
-        buffer = ctypes.create_string_buffer(size)
-        self._call(name, self._handle(index), buffer, ctypes.c_uint(size))
-        return buffer.value.decode()
+    def _device(self, name: str, index: int, *args: Any) -> Any:
+        """``pynvml.<name>(handle of GPU index, *args)``."""
+        return self._call(name, self._call("nvmlDeviceGetHandleByIndex", index), *args)
 
     def device_count(self) -> int:
-        count = ctypes.c_uint()
-        self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
-        return count.value
+        return int(self._call("nvmlDeviceGetCount"))
 
     def name(self, index: int) -> str:
-        return self._text("nvmlDeviceGetName", index)
+        return _text(self._device("nvmlDeviceGetName", index))
 
     def uuid(self, index: int) -> str:
-        return self._text("nvmlDeviceGetUUID", index)
+        return _text(self._device("nvmlDeviceGetUUID", index))
 
     def pci_bus_id(self, index: int) -> str:
-        info = _PciInfo()
-        self._call("nvmlDeviceGetPciInfo_v3", self._handle(index), ctypes.byref(info))
-        return str(info.busId.decode())
+        return _text(self._device("nvmlDeviceGetPciInfo_v3", index).busId)
 
     def memory(self, index: int) -> tuple[int, int, int]:
-        memory = _Memory()
-        self._call("nvmlDeviceGetMemoryInfo", self._handle(index), ctypes.byref(memory))
-        return memory.total, memory.used, memory.free
+        memory = self._device("nvmlDeviceGetMemoryInfo", index)
+        return int(memory.total), int(memory.used), int(memory.free)
 
     def temperature_c(self, index: int) -> int:
-        return self._uint("nvmlDeviceGetTemperature", index,
-                          ctypes.c_int(_NVML_TEMPERATURE_GPU))
+        """The GPU's temperature through ``nvmlDeviceGetTemperatureV``; through the
+        deprecated ``nvmlDeviceGetTemperature`` only where the driver lacks the first."""
+        try:
+            return int(self._device("nvmlDeviceGetTemperatureV", index, _NVML_TEMPERATURE_GPU))
+        except NvmlFunctionMissing:
+            return int(self._device("nvmlDeviceGetTemperature", index, _NVML_TEMPERATURE_GPU))
 
     def sm_clock_mhz(self, index: int) -> tuple[int, int]:
-        return (self._uint("nvmlDeviceGetClockInfo", index, ctypes.c_int(_NVML_CLOCK_SM)),
-                self._uint("nvmlDeviceGetMaxClockInfo", index, ctypes.c_int(_NVML_CLOCK_SM)))
+        return (int(self._device("nvmlDeviceGetClockInfo", index, _NVML_CLOCK_SM)),
+                int(self._device("nvmlDeviceGetMaxClockInfo", index, _NVML_CLOCK_SM)))
 
     def ecc_volatile(self, index: int) -> tuple[int, int]:
-        counts = []
-        for error_type in (_NVML_MEMORY_ERROR_CORRECTED, _NVML_MEMORY_ERROR_UNCORRECTED):
-            value = ctypes.c_ulonglong()
-            self._call("nvmlDeviceGetTotalEccErrors", self._handle(index),
-                       ctypes.c_int(error_type), ctypes.c_int(_NVML_VOLATILE_ECC),
-                       ctypes.byref(value))
-            counts.append(value.value)
-        return counts[0], counts[1]
+        corrected, uncorrected = (
+            int(self._device("nvmlDeviceGetTotalEccErrors", index, error_type,
+                             _NVML_VOLATILE_ECC))
+            for error_type in (_NVML_MEMORY_ERROR_CORRECTED, _NVML_MEMORY_ERROR_UNCORRECTED))
+        return corrected, uncorrected
 
     def clocks_event_reasons(self, index: int) -> int:
-        value = ctypes.c_ulonglong()
-        name = "nvmlDeviceGetCurrentClocksEventReasons"  # older drivers: ...ThrottleReasons
-        if self._lib is not None and not hasattr(self._lib, name):
-            name = "nvmlDeviceGetCurrentClocksThrottleReasons"
-        self._call(name, self._handle(index), ctypes.byref(value))
-        return value.value
+        """``nvmlDeviceGetCurrentClocksEventReasons``; its older name
+        (``...ClocksThrottleReasons``) only where the driver lacks it."""
+        try:
+            return int(self._device("nvmlDeviceGetCurrentClocksEventReasons", index))
+        except NvmlFunctionMissing:
+            return int(self._device("nvmlDeviceGetCurrentClocksThrottleReasons", index))
 
     def set_locked_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
-        self._call("nvmlDeviceSetGpuLockedClocks", self._handle(index), ctypes.c_uint(min_mhz),
-                   ctypes.c_uint(max_mhz))
+        self._device("nvmlDeviceSetGpuLockedClocks", index, min_mhz, max_mhz)
 
     def reset_locked_clocks(self, index: int) -> None:
-        self._call("nvmlDeviceResetGpuLockedClocks", self._handle(index))
+        self._device("nvmlDeviceResetGpuLockedClocks", index)
 
     def power_limit_mw(self, index: int) -> tuple[int, int, int]:
-        current = self._uint("nvmlDeviceGetPowerManagementLimit", index)
-        low, high = ctypes.c_uint(), ctypes.c_uint()
-        self._call("nvmlDeviceGetPowerManagementLimitConstraints", self._handle(index),
-                   ctypes.byref(low), ctypes.byref(high))
-        return current, low.value, high.value
+        current = int(self._device("nvmlDeviceGetPowerManagementLimit", index))
+        low, high = self._device("nvmlDeviceGetPowerManagementLimitConstraints", index)
+        return current, int(low), int(high)
 
     def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
-        self._call("nvmlDeviceSetPowerManagementLimit", self._handle(index),
-                   ctypes.c_uint(milliwatts))
+        self._device("nvmlDeviceSetPowerManagementLimit", index, milliwatts)

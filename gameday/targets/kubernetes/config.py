@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gameday.errors import InvalidInput, TargetUnavailable
+from gameday.errors import InvalidInput, TargetUnavailable, first_line
 
 __all__ = ["DEFAULT_AGENT_PORT", "KubeSettings", "api_client", "settings_from"]
 
@@ -113,6 +113,5 @@ def api_client(settings: KubeSettings) -> Any:
     except (ConfigException, OSError, KeyError, ValueError) as exc:
         where = f"kubeconfig {kubeconfig}" if settings.kubeconfig or Path(kubeconfig).exists() \
             else "the in-cluster service account"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TargetUnavailable(f"target kubernetes: cannot configure the API client from "
-                                f"{where}: {first}") from None
+                                f"{where}: {first_line(exc)}") from None

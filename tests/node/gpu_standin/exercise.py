@@ -1,6 +1,6 @@
 """Run in a subprocess with ``LD_LIBRARY_PATH`` pointing at the compiled STAND-IN
-libraries (libcuda.so.1, libnvidia-ml.so.1): drives gameday's real ctypes bindings
-(``LibCuda``, ``LibNvml``) and the host handlers over them, and prints what it saw as
+libraries (libcuda.so.1, libnvidia-ml.so.1): drives gameday's real bindings (``LibCuda``
+on ctypes, ``LibNvml`` on pynvml) and the host handlers over them, and prints what it saw as
 one JSON document. It runs apart from pytest so the stand-ins never load into it."""
 
 import ctypes

@@ -1,6 +1,8 @@
-/* STAND-IN for NVML (libnvidia-ml.so.1): the reads and settings gameday uses, over two
- * pretend GPUs; GPU 1 supports neither ECC counters nor locked clocks. Used memory is
- * the CUDA stand-in's, when that is loaded. */
+/* STAND-IN for NVML (libnvidia-ml.so.1): the calls pynvml makes for the reads and
+ * settings gameday uses, over two pretend GPUs; GPU 1 supports neither ECC counters nor
+ * locked clocks. Used memory is the CUDA stand-in's, when that is loaded. Built with
+ * -DSTANDIN_OLD_DRIVER it is an older driver's: no nvmlDeviceGetTemperatureV, and the
+ * clocks-event reasons only under their old name (...ClocksThrottleReasons). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -19,6 +21,7 @@ static unsigned int power[2] = {700000, 700000};
 static int index_of(void *handle) { return (int)((uintptr_t)handle - 0x100); }
 
 int nvmlInit_v2(void) { return 0; }
+int nvmlInitWithFlags(unsigned int flags) { return flags == 0 ? 0 : 2; }
 
 const char *nvmlErrorString(int result) {
     return result == 3 ? "Not Supported" : result == 2 ? "Invalid Argument" : "Unknown Error";
@@ -64,11 +67,26 @@ int nvmlDeviceGetMemoryInfo(void *h, memory_t *memory) {
     return 0;
 }
 
+/* deprecated: a current driver's stand-in answers NVML_ERROR_DEPRECATED, so that only
+ * the old driver's is read */
 int nvmlDeviceGetTemperature(void *h, int sensor, unsigned int *celsius) {
+#ifndef STANDIN_OLD_DRIVER
+    return 26;
+#endif
     if (sensor != 0) return 2;
     *celsius = 40 + index_of(h);
     return 0;
 }
+
+#ifndef STANDIN_OLD_DRIVER
+typedef struct { unsigned int version; int sensorType; int temperature; } temperature_v1_t;
+
+int nvmlDeviceGetTemperatureV(void *h, temperature_v1_t *reading) {
+    if (reading->version != 0x100000C || reading->sensorType != 0) return 2;
+    reading->temperature = 40 + index_of(h);
+    return 0;
+}
+#endif
 
 int nvmlDeviceGetClockInfo(void *h, int type, unsigned int *mhz) {
     if (type != 1) return 2;
@@ -90,7 +108,11 @@ int nvmlDeviceGetTotalEccErrors(void *h, int error_type, int counter_type,
     return 0;
 }
 
+#ifdef STANDIN_OLD_DRIVER
+int nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *reasons) {
+#else
 int nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *reasons) {
+#endif
     *reasons = locked[index_of(h)] ? 0x2 : 0x1;
     return 0;
 }

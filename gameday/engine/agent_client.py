@@ -83,14 +83,16 @@ _STALE_CONNECTION = (PeerClosed, BrokenPipeError, ConnectionResetError)
 class AgentClient:
     """Talks to the agent at ``url`` (``http://host:port`` or ``https://``) with bearer
     ``token``; ``tls`` is the context for https (:func:`gameday.agent.tls.client_context`:
-    the agents' CA, and a client certificate for mutual TLS; default: the system's CAs).
+    the agents' CA, and a client certificate for mutual TLS; default: the system's CAs);
+    ``server_name`` is the name the agent's certificate must carry (default: the URL's
+    host; agents reached by pod IP share one name).
 
     Thread-safe: requests are serialised on one persistent connection, which is
     reopened when it breaks.
     """
 
     def __init__(self, url: str, token: str, timeout_s: float = 5.0, *,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, server_name: str | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise AgentError(f"agent url {url!r} must look like http://host:port")
@@ -100,6 +102,7 @@ class AgentClient:
         self._prefix = parts.path.rstrip("/")
         self._token = token
         self._tls = tls
+        self._server_name = server_name or parts.hostname
         self._lock = threading.Lock()
         self._host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
         self._sock: socket.socket | None = None
@@ -296,7 +299,7 @@ class AgentClient:
             if self._parts.scheme == "https":
                 context = self._tls or ssl.create_default_context()
                 try:
-                    sock = context.wrap_socket(sock, server_hostname=self._parts.hostname)
+                    sock = context.wrap_socket(sock, server_hostname=self._server_name)
                 except BaseException:
                     sock.close()
                     raise

@@ -17,6 +17,7 @@ from typing import Any
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.httpjson import get_json
+from gameday.targets.agent_tls import agent_tls_from
 
 TARGET_KINDS = ("lab", "host", "kubernetes", "none")
 
@@ -133,14 +134,16 @@ def lab_target(lab_dir: Path) -> Target:
 
 
 def host_target(configuration: Mapping[str, Any]) -> Target:
-    """A single host running ``gameday agent serve``: URL and token from configuration/env."""
+    """A single host running ``gameday agent serve``: URL and token from configuration/env,
+    TLS from :func:`gameday.targets.agent_tls.agent_tls_from` (``agent_ca``,
+    ``agent_client_cert``, ``agent_client_key``, ``agent_tls_server_name``)."""
     url = configuration.get("agent_url") or os.environ.get("GAMEDAY_AGENT_URL")
     token = configuration.get("agent_token") or os.environ.get("GAMEDAY_AGENT_TOKEN")
     if not url or not token:
         raise TargetUnavailable(
             "target host needs an agent: set configuration agent_url/agent_token or "
             "GAMEDAY_AGENT_URL/GAMEDAY_AGENT_TOKEN")
-    client = AgentClient(str(url), str(token))
+    client = agent_tls_from(configuration).client(str(url), str(token))
     node = str(client.health().get("node", "host"))
     return Target(kind="host", agents={node: client},
                   service_url=configuration.get("service_url"),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.engine.agent_client import AgentClient
-from gameday.errors import InvalidInput, TargetUnavailable
+from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpjson import get_json
 from gameday.targets.agent_tls import agent_tls_from
 
@@ -144,7 +144,10 @@ def host_target(configuration: Mapping[str, Any]) -> Target:
             "target host needs an agent: set configuration agent_url/agent_token or "
             "GAMEDAY_AGENT_URL/GAMEDAY_AGENT_TOKEN")
     client = agent_tls_from(configuration).client(str(url), str(token))
-    node = str(client.health().get("node", "host"))
+    try:
+        node = str(client.health().get("node", "host"))
+    except AgentError as exc:  # unreachable, or refused in the TLS handshake
+        raise TargetUnavailable(f"target host: {exc}") from None
     return Target(kind="host", agents={node: client},
                   service_url=configuration.get("service_url"),
                   prometheus_url=configuration.get("prometheus_url"),

@@ -49,7 +49,8 @@ from gameday.agent.tls import ServerTLS
 from gameday.agent.tokens import TokenSet, check_token
 from gameday.errors import GamedayError, InvalidInput
 
-__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen"]
+__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen",
+           "serve_parser"]
 
 #: Backend names accepted by ``--backend``, each a ``module:callable`` spec (imported
 #: only when chosen). Add yours here or pass the spec itself.
@@ -148,7 +149,9 @@ def _policy(args: argparse.Namespace, backend: Backend,
     return policy
 
 
-def _parser() -> argparse.ArgumentParser:
+def serve_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``gameday agent serve`` (also what the manifests are checked
+    against)."""
     parser = argparse.ArgumentParser(
         prog="gameday agent serve",
         description="Run this node's fault agent (docs/agent-api.md) until a signal.")
@@ -221,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["policy"]:
         return check_policy(argv[1:])
-    args = _parser().parse_args(argv)
+    args = serve_parser().parse_args(argv)
     _configure_logging()
     try:
         tokens = _read_tokens(args.token_file)

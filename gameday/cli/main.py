@@ -19,7 +19,7 @@ from gameday.cli.results import publisher
 from gameday.engine.runner import RunOptions, parse_vars, run
 from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
-from gameday.targets import TARGET_KINDS
+from gameday.targets import TARGET_KINDS, agent_tls
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--sign-key", type=Path, metavar="KEY",
                      help="sign the journal with this Ed25519 key (gameday audit keygen)")
     add_result_arguments(run)
+    agent_tls.add_arguments(run)
 
     cleanup = commands.add_parser("cleanup", help="revert every fault the ledger (and agents) "
                                                   "still hold; safe to run twice")
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="record ledger faults whose agent cannot be reached as "
                               "forgotten, so later cleanups skip them")
     cleanup.add_argument("--target-config", type=Path, metavar="FILE")
+    agent_tls.add_arguments(cleanup)
 
     audit = commands.add_parser("audit", help="evidence: verify journals, make signing keys")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True,
@@ -191,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_policy(arguments[2:])
     args = _parser().parse_args(arguments)
     configure_logging(paths.home() / "logs" / "gameday.log")
+    agent_tls.apply_arguments(args)
     try:
         status = _command(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the exit's own flush

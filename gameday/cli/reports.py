@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
+from gameday.targets import agent_tls
 
 COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 
@@ -37,6 +38,7 @@ def add_commands(commands: Any) -> None:
                       help="sign every journal and the record with this Ed25519 key "
                            "(gameday audit keygen)")
     add_result_arguments(play)
+    agent_tls.add_arguments(play)
 
     gate = commands.add_parser("gate", help="run a playbook as a release gate, or judge "
                                                 "existing journals (--journals DIR)")
@@ -54,12 +56,14 @@ def add_commands(commands: Any) -> None:
     gate.add_argument("--sign-key", type=Path, metavar="KEY",
                       help="sign every journal and the record with this Ed25519 key")
     add_result_arguments(gate)
+    agent_tls.add_arguments(gate)
 
     schedule = commands.add_parser("schedule", help="a playbook's schedule as cron")
     schedule.add_argument("playbook", type=Path)
     schedule.add_argument("--emit", choices=["cronjob", "crontab"], required=True)
     schedule.add_argument("--image", help="container image (cronjob)")
-    schedule.add_argument("--namespace", default="gameday", help="namespace (cronjob)")
+    schedule.add_argument("--namespace", default="gameday-system",
+                          help="namespace (cronjob; default gameday-system)")
 
     coverage = commands.add_parser("coverage", help="fault x layer coverage from journals")
     coverage.add_argument("directory", type=Path)

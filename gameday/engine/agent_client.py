@@ -86,17 +86,34 @@ class BatchResult:
 _STALE_CONNECTION = (BrokenPipeError, ConnectionResetError)
 
 
+class _VerifiedHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection whose certificate is checked against ``server_name`` rather
+    than the host it connects to (an agent reached by pod IP presents its Service name)."""
+
+    def __init__(self, host: str, port: int | None, *, timeout: float,
+                 context: ssl.SSLContext, server_name: str) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._tls_context = context
+        self._server_name = server_name
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
 class AgentClient:
     """Talks to the agent at ``url`` (``http://host:port`` or ``https://``) with bearer
     ``token``; ``tls`` is the context for https (:func:`gameday.agent.tls.client_context`:
-    the agents' CA, and a client certificate for mutual TLS; default: the system's CAs).
+    the agents' CA, and a client certificate for mutual TLS; default: the system's CAs);
+    ``server_name`` is the name the agent's certificate must carry (default: the URL's
+    host; agents reached by pod IP share one name).
 
     Thread-safe: requests are serialised on one persistent connection, which is
     reopened when it breaks.
     """
 
     def __init__(self, url: str, token: str, timeout_s: float = 5.0, *,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, server_name: str | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise AgentError(f"agent url {url!r} must look like http://host:port")
@@ -106,6 +123,7 @@ class AgentClient:
         self._prefix = parts.path.rstrip("/")
         self._token = token
         self._tls = tls
+        self._server_name = server_name or parts.hostname
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
         self._conn_used = False  # an answer was read on the connection's socket
@@ -296,9 +314,10 @@ class AgentClient:
         if self._conn is None:
             host, port = self._parts.hostname or "", self._parts.port
             if self._parts.scheme == "https":
-                self._conn = http.client.HTTPSConnection(
+                self._conn = _VerifiedHTTPSConnection(
                     host, port, timeout=self.timeout_s,
-                    context=self._tls or ssl.create_default_context())
+                    context=self._tls or ssl.create_default_context(),
+                    server_name=self._server_name or host)
             else:
                 self._conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
         return self._conn

@@ -4,9 +4,13 @@ The CronJob is built with the Kubernetes client's models (``V1CronJob`` and frie
 serialized with ``ApiClient.sanitize_for_serialization`` and read back through
 ``ApiClient().deserialize`` into a ``V1CronJob``, so a manifest that does not fit the
 API's schema fails here rather than at ``kubectl apply``. It runs ``gameday play`` in
-the gameday image under the ``gameday`` service account (``deploy/``), one game day at a
-time (``concurrencyPolicy: Forbid``), never retried (a game day is not idempotent),
-with journals on a persistent volume claim.
+the gameday image under the ``gameday-orchestrator`` service account
+(``deploy/kubernetes/``), one game day at a time (``concurrencyPolicy: Forbid``), never
+retried (a game day is not idempotent), with journals on a persistent volume claim. It
+reaches the agents with mutual TLS: the client certificate, key and CA of the Secret
+``tls_secret`` (``tls.crt``/``tls.key``/``ca.crt``) through ``$GAMEDAY_AGENT_CA`` and
+friends, and its pods carry the label the agents' NetworkPolicy admits
+(:data:`ORCHESTRATOR_LABEL`).
 """
 
 import json
@@ -23,16 +27,21 @@ from gameday.errors import InvalidInput
 from gameday.gamedays.playbook import Playbook
 
 DEFAULT_IMAGE = f"ghcr.io/gameday/gameday:{__version__}"
+#: The label of orchestrator pods, which deploy/kubernetes/agent-networkpolicy.yaml admits.
+ORCHESTRATOR_LABEL = ("gameday.dev/role", "orchestrator")
+_TLS_DIR = "/var/run/gameday/tls"
+_NONROOT = 65532
 
 
 @dataclass(frozen=True)
 class CronJobOptions:
-    namespace: str = "gameday"
+    namespace: str = "gameday-system"
     image: str = DEFAULT_IMAGE
-    service_account: str = "gameday"
+    service_account: str = "gameday-orchestrator"
     journals_claim: str = "gameday-journals"
     workdir: str = "/work"
     history: int = 5
+    tls_secret: str = "gameday-orchestrator-tls"
 
 
 def _require_schedule(playbook: Playbook) -> tuple[str, str]:
@@ -84,22 +93,33 @@ def cronjob(playbook: Playbook, options: CronJobOptions | None = None) -> dict[s
     labels = {"app.kubernetes.io/name": "gameday", "app.kubernetes.io/component": "gameday",
               "gameday/playbook": playbook.slug}
     playbook_path = _in_image(playbook.path)
+    tls_env = [client.V1EnvVar(name=name, value=f"{_TLS_DIR}/{file}") for name, file in (
+        ("GAMEDAY_AGENT_CA", "ca.crt"), ("GAMEDAY_AGENT_CLIENT_CERT", "tls.crt"),
+        ("GAMEDAY_AGENT_CLIENT_KEY", "tls.key"))]
     container = client.V1Container(
         name="gameday", image=options.image, image_pull_policy="IfNotPresent",
         working_dir=options.workdir,
         command=["gameday", "play", playbook_path, "--journal-dir",
                  f"/journals/{playbook.slug}"],
-        env=[client.V1EnvVar(name="GAMEDAY_HOME", value="/journals/.gameday")],
-        volume_mounts=[client.V1VolumeMount(name="journals", mount_path="/journals")],
+        env=[client.V1EnvVar(name="GAMEDAY_HOME", value="/journals/.gameday"), *tls_env],
+        volume_mounts=[client.V1VolumeMount(name="journals", mount_path="/journals"),
+                       client.V1VolumeMount(name="tls", mount_path=_TLS_DIR, read_only=True)],
         resources=client.V1ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"},
-                                                limits={"memory": "1Gi"}))
+                                                limits={"memory": "1Gi"}),
+        security_context=client.V1SecurityContext(
+            run_as_non_root=True, run_as_user=_NONROOT, allow_privilege_escalation=False,
+            capabilities=client.V1Capabilities(drop=["ALL"])))
     pod = client.V1PodTemplateSpec(
-        metadata=client.V1ObjectMeta(labels=labels),
+        metadata=client.V1ObjectMeta(labels={**labels, ORCHESTRATOR_LABEL[0]:
+                                             ORCHESTRATOR_LABEL[1]}),
         spec=client.V1PodSpec(
             service_account_name=options.service_account, restart_policy="Never",
             containers=[container],
+            security_context=client.V1PodSecurityContext(fs_group=_NONROOT),
             volumes=[client.V1Volume(name="journals", persistent_volume_claim=(
-                client.V1PersistentVolumeClaimVolumeSource(claim_name=options.journals_claim)))]))
+                client.V1PersistentVolumeClaimVolumeSource(claim_name=options.journals_claim))),
+                     client.V1Volume(name="tls", secret=client.V1SecretVolumeSource(
+                         secret_name=options.tls_secret, default_mode=0o440))]))
     job = client.V1CronJob(
         api_version="batch/v1", kind="CronJob",
         metadata=client.V1ObjectMeta(

@@ -5,13 +5,16 @@
 
 The exporter serves ``/metrics`` (and ``/healthz``) on ``P``; the agent
 (:class:`gameday.agent.server.AgentServer` over :class:`VirtualGpuBackend`) serves the
-agent API on ``Q`` with the lab's token, its state in ``DIR/nodes/<name>/``. GPU state
+agent API on ``Q`` with the lab's token and the lab's policy (:data:`POLICY`: the kinds
+the lab offers, caps on leases and active faults), its state in ``DIR/nodes/<name>/``. GPU state
 starts fresh (a node boot resets volatile counters). SIGTERM or SIGINT reverts every
 active fault and exits 0.
 """
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
 
 import structlog
 
@@ -24,7 +27,10 @@ from gameday.lab.logs import configure_logging
 from gameday.lab.nodebackend import NodeBackend, NodeContext, node_handlers
 from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 
-__all__ = ["main"]
+__all__ = ["POLICY", "main"]
+
+#: The policy every lab node's agent enforces.
+POLICY: Final = Path(__file__).with_name("agent-policy.yml")
 
 log = structlog.get_logger("gameday.lab.node")
 
@@ -52,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tie_to_parent(args.parent_pid)
     configure_logging(args.name)
-    from gameday.agent.server import AgentServer  # the agent's imports are not small
+    from gameday.agent.policy import load_policy  # the agent's imports are not small
+    from gameday.agent.server import AgentServer
 
     paths = LabPaths(args.dir)
     stop = stop_on_signals()
@@ -64,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           on_error=lambda exc: log.exception("exporter_error"))
     agent = AgentServer(backend, token=paths.read_token(),
                         state_path=paths.agent_state(args.name), node=args.name,
-                        port=args.agent_port)
+                        port=args.agent_port, limits=load_policy(POLICY).limits())
     exporter.start()
     link.start()
     agent.start()

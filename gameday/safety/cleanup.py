@@ -59,6 +59,7 @@ from gameday.evidence.ledger import FaultEntry, append_event, read_ledger, read_
 from gameday.safety.alertmanager import AlertmanagerClient
 from gameday.safety.locks import runs_holding_locks
 from gameday.safety.targetconfig import TargetConfig
+from gameday.targets.agent_tls import agent_tls_from
 from gameday.targets.base import read_lab_document
 
 #: Agent answers that mean "not the agent that holds this fault" (besides no answer).
@@ -97,13 +98,13 @@ def known_agents(lab_dir: Path | None, config: TargetConfig) -> tuple[dict[str, 
             problems.append(f"lab in {lab_dir}: {exc}")
     for endpoint in config.agents:
         try:
-            clients[endpoint.url.rstrip("/")] = AgentClient(endpoint.url, endpoint.token())
+            clients[endpoint.url.rstrip("/")] = endpoint.client()
         except GamedayError as exc:
             problems.append(str(exc))
     host_url = os.environ.get("GAMEDAY_AGENT_URL")
     host_token = os.environ.get("GAMEDAY_AGENT_TOKEN")
     if host_url and host_token:
-        clients.setdefault(host_url.rstrip("/"), AgentClient(host_url, host_token))
+        clients.setdefault(host_url.rstrip("/"), agent_tls_from().client(host_url, host_token))
     return clients, problems
 
 

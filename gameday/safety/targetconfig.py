@@ -8,8 +8,12 @@ A small YAML (or JSON) file, given with ``gameday run --target-config FILE`` (or
       namespaces: [inference-canary]        # Kubernetes-level faults, likewise
     agents:                                 # extra agents `gameday cleanup --all-agents` asks
       - node: gpu-node-17
-        url: http://10.0.0.17:9410
+        url: https://10.0.0.17:9410
         token_file: /etc/gameday/agent-token
+        ca: /etc/gameday/tls/ca.crt           # TLS (each falls back to $GAMEDAY_AGENT_CA,
+        client_cert: /etc/gameday/tls/tls.crt #   $GAMEDAY_AGENT_CLIENT_CERT, ...)
+        client_key: /etc/gameday/tls/tls.key
+        server_name: gameday-agent.gameday-system.svc
 
 Every key is optional; an absent ``allow.nodes`` allows every node. Errors name the
 file, key path and line, and the run then injects nothing (exit 2). Tokens are read
@@ -22,14 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import read_document
+from gameday.targets.agent_tls import AgentTLS, agent_tls_from
 
 ENV = "GAMEDAY_TARGET_CONFIG"
 
 _TOP_KEYS = ("allow", "agents")
 _ALLOW_KEYS = ("nodes", "namespaces")
-_AGENT_KEYS = ("node", "url", "token_file", "token_env")
+_AGENT_KEYS = ("node", "url", "token_file", "token_env", "ca", "client_cert", "client_key",
+               "server_name")
+_TLS_KEYS = ("ca", "client_cert", "client_key", "server_name")
 MAX_AGENTS = 10_000
 
 
@@ -39,6 +47,20 @@ class AgentEndpoint:
     url: str
     token_file: str | None = None
     token_env: str | None = None
+    ca: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    server_name: str | None = None
+
+    def tls(self) -> AgentTLS:
+        """TLS to this agent: its own keys, each else the environment's."""
+        return agent_tls_from({f"agent_{key}" if key != "server_name"
+                               else "agent_tls_server_name": getattr(self, key)
+                               for key in _TLS_KEYS})
+
+    def client(self) -> AgentClient:
+        """A client for this agent (token read now, TLS as :meth:`tls` says)."""
+        return self.tls().client(self.url, self.token())
 
     def token(self) -> str:
         """The agent's bearer token, read now from its file or environment variable."""
@@ -112,12 +134,13 @@ def parse_target_config(document: Mapping[str, Any], source: str = "") -> Target
                 raise InvalidInput("is required (a non-empty string)", path=f"{where}.{key}")
         if not str(raw["url"]).startswith(("http://", "https://")):
             raise InvalidInput("must be an http:// or https:// URL", path=f"{where}.url")
-        for key in ("token_file", "token_env"):
+        for key in ("token_file", "token_env", *_TLS_KEYS):
             if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key]):
                 raise InvalidInput("must be a non-empty string", path=f"{where}.{key}")
         agents.append(AgentEndpoint(node=raw["node"], url=raw["url"],
                                     token_file=raw.get("token_file"),
-                                    token_env=raw.get("token_env")))
+                                    token_env=raw.get("token_env"),
+                                    **{key: raw.get(key) for key in _TLS_KEYS}))
     return TargetConfig(allowed_nodes=nodes, allowed_namespaces=namespaces,
                         agents=tuple(agents), source=source)
 

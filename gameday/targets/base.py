@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from gameday.engine.agent_client import AgentClient
-from gameday.errors import InvalidInput, TargetUnavailable
+from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpclient import get_json
 from gameday.targets import gpu_label
+from gameday.targets.agent_tls import agent_tls_from
 
 
 @dataclass(frozen=True)
@@ -132,15 +133,20 @@ def lab_target(lab_dir: Path) -> Target:
 
 
 def host_target(configuration: Mapping[str, Any]) -> Target:
-    """A single host running ``gameday agent serve``: URL and token from configuration/env."""
+    """A single host running ``gameday agent serve``: URL and token from configuration/env,
+    TLS from :func:`gameday.targets.agent_tls.agent_tls_from` (``agent_ca``,
+    ``agent_client_cert``, ``agent_client_key``, ``agent_tls_server_name``)."""
     url = configuration.get("agent_url") or os.environ.get("GAMEDAY_AGENT_URL")
     token = configuration.get("agent_token") or os.environ.get("GAMEDAY_AGENT_TOKEN")
     if not url or not token:
         raise TargetUnavailable(
             "target host needs an agent: set configuration agent_url/agent_token or "
             "GAMEDAY_AGENT_URL/GAMEDAY_AGENT_TOKEN")
-    client = AgentClient(str(url), str(token))
-    node = str(client.health().get("node", "host"))
+    client = agent_tls_from(configuration).client(str(url), str(token))
+    try:
+        node = str(client.health().get("node", "host"))
+    except AgentError as exc:  # unreachable, or refused in the TLS handshake
+        raise TargetUnavailable(f"target host: {exc}") from None
     return Target(kind="host", agents={node: client},
                   service_url=configuration.get("service_url"),
                   prometheus_url=configuration.get("prometheus_url"),

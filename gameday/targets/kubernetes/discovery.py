@@ -2,8 +2,9 @@
 
 1. The agent DaemonSet's pods: ``GET pods`` in the agents' namespace with the agents'
    label selector; a pod counts when it is Running, Ready and has an IP. Its URL is
-   ``http://<podIP>:<port>``, the port being the container port named ``agent`` (or
-   ``k8s_agent_port``, else 9410).
+   ``http://<podIP>:<port>`` (``https://`` when TLS is configured,
+   :mod:`gameday.targets.agent_tls`), the port being the container port named ``agent``
+   (or ``k8s_agent_port``, else 9410).
 2. Their nodes: ``GET nodes``, for the node labels selectors use.
 3. The shards: pods labelled ``gameday.dev/shard=<N>`` (any namespace) say which GPU they
    hold with ``gameday.dev/gpu-uuid=<UUID>`` or ``gameday.dev/gpu-index=<i>`` (on the
@@ -26,11 +27,12 @@ from typing import Any
 
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, TargetUnavailable
+from gameday.targets.agent_tls import AgentTLS
 from gameday.targets.base import GpuRef
 from gameday.targets.kubernetes.config import DEFAULT_AGENT_PORT, KubeSettings
 
 __all__ = ["GPU_INDEX_LABEL", "GPU_UUID_LABEL", "SHARD_LABEL", "AgentPod", "Fleet", "FleetGpu",
-           "ShardPlacement", "agent_token", "discover"]
+           "ShardPlacement", "agent_server_name", "agent_token", "discover"]
 
 SHARD_LABEL = "gameday.dev/shard"
 #: GPU Feature Discovery's NVLink clique: the NVLink domain when the agent reports none.
@@ -136,8 +138,9 @@ def _ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
-def agent_pods(core: Any, settings: KubeSettings) -> list[AgentPod]:
-    """The Running, Ready agent pods (one per node; the first by name wins)."""
+def agent_pods(core: Any, settings: KubeSettings, *, scheme: str = "http") -> list[AgentPod]:
+    """The Running, Ready agent pods (one per node; the first by name wins), their URLs
+    ``scheme://POD_IP:PORT``."""
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -155,7 +158,7 @@ def agent_pods(core: Any, settings: KubeSettings) -> list[AgentPod]:
         host = f"[{ip}]" if ":" in ip else ip
         found[pod.spec.node_name] = AgentPod(
             pod=pod.metadata.name, namespace=pod.metadata.namespace or settings.namespace,
-            node=pod.spec.node_name, url=f"http://{host}:{_agent_port(pod, settings)}")
+            node=pod.spec.node_name, url=f"{scheme}://{host}:{_agent_port(pod, settings)}")
     return list(found.values())
 
 
@@ -176,11 +179,25 @@ def shard_placement(core: Any) -> list[ShardPlacement]:
     return placed
 
 
-def discover(core: Any, settings: KubeSettings, token: str) -> Fleet:
+def agent_server_name(namespace: str) -> str:
+    """The name the agents' certificate carries by default (deploy/kubernetes/cert-manager/)."""
+    return f"gameday-agent.{namespace}.svc"
+
+
+def discover(core: Any, settings: KubeSettings, token: str,
+             tls: AgentTLS | None = None) -> Fleet:
     """Build the fleet from agent pods, node labels, shard pods and the agents'
-    inventories (read with ``token``)."""
-    agents = {pod.node: pod for pod in agent_pods(core, settings)}
-    clients = {node: AgentClient(pod.url, token) for node, pod in agents.items()}
+    inventories (read with ``token``). With ``tls`` configured the agents are reached
+    over https, their certificates checked for ``tls.server_name``, else
+    ``gameday-agent.NAMESPACE.svc`` (deploy/kubernetes/cert-manager/)."""
+    tls = tls or AgentTLS()
+    agents = {pod.node: pod for pod in agent_pods(
+        core, settings, scheme="https" if tls.configured else "http")}
+    context = tls.context()
+    name = tls.server_name or agent_server_name(settings.namespace)
+    clients = {node: AgentClient(pod.url, token, tls=context,
+                                 server_name=name if context is not None else None)
+               for node, pod in agents.items()}
     node_labels = {node.metadata.name: dict(node.metadata.labels or {})
                    for node in core.list_node().items}
     placement = shard_placement(core)

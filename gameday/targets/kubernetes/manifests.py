@@ -25,7 +25,8 @@ __all__ = ["ValidatedDocument", "validate_file", "validate_manifest"]
 _LIST = re.compile(r"^List\[(.+)\]$")
 _DICT = re.compile(r"^Dict\[str, (.+)\]$")
 _PREFIX = {"v1": "V1", "apps/v1": "V1", "batch/v1": "V1", "policy/v1": "V1",
-           "rbac.authorization.k8s.io/v1": "V1", "scheduling.k8s.io/v1": "V1"}
+           "rbac.authorization.k8s.io/v1": "V1", "scheduling.k8s.io/v1": "V1",
+           "networking.k8s.io/v1": "V1"}
 
 
 class ValidatedDocument:

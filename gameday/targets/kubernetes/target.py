@@ -16,6 +16,7 @@ from typing import Any
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry
+from gameday.targets.agent_tls import agent_tls_from
 from gameday.targets.base import GpuRef, Target
 from gameday.targets.kubernetes.config import KubeSettings, api_client, settings_from
 from gameday.targets.kubernetes.discovery import Fleet, agent_token, discover
@@ -142,7 +143,7 @@ def kubernetes_target(configuration: Mapping[str, Any], *, clock: Clock = SYSTEM
     api = api_client(settings)
     core = client.CoreV1Api(api)
     token = agent_token(core, settings)
-    fleet = discover(core, settings, token)
+    fleet = discover(core, settings, token, agent_tls_from(configuration))
     if not fleet.agents:
         raise TargetUnavailable(
             f"target kubernetes: no ready agent pod in namespace {settings.namespace} with "

@@ -81,17 +81,6 @@ def factory(node: str) -> MarkerBackend:
     return MarkerBackend(pathlib.Path(os.environ[MARKER_DIR_ENV]), node=node)
 
 
-def wait_for(condition: Any, timeout_s: float, interval_s: float = 0.02) -> bool:
-    """Poll ``condition()`` until true or ``timeout_s`` passed; returns its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return bool(condition())
-        time.sleep(interval_s)
-
-
 def agent_env(marker_dir: pathlib.Path, token: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "GAMEDAY_AGENT_TOKEN"}
     env["PYTHONPATH"] = str(REPO)

@@ -17,7 +17,8 @@ from gameday.agent.protocol import MAX_BODY_BYTES
 from gameday.agent.server import AgentServer
 from gameday.engine.agent_client import AgentClient, LeaseLost
 from gameday.errors import AgentError
-from tests.agent.agent_marker import KIND, MarkerBackend, wait_for
+from tests.agent.agent_marker import KIND, MarkerBackend
+from tests.waiting import wait_until
 
 TOKEN = "s3cret-token-0123456789"
 
@@ -217,7 +218,7 @@ def test_unknown_fault_is_404_and_wrong_method_405(agent: AgentServer,
 def test_short_lease_expires_for_real(client: AgentClient, backend: MarkerBackend) -> None:
     fault = client.inject(KIND, {"gpu": 0}, {}, 1)
     assert backend.markers() == {fault["id"]}
-    assert wait_for(lambda: not backend.markers(), timeout_s=2.0)
+    wait_until(lambda: not backend.markers(), 2.0, "the markers to go")
     assert time.time() <= fault["expires_at"] + 1.0
     done = client.get(fault["id"])
     assert done["revert_reason"] == "lease-expired"

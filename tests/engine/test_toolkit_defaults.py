@@ -6,13 +6,13 @@ Each test runs the same experiment with the real ``chaos run`` and the real
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import BIN, REPO, chaos, gameday, python_activity, read_json, write_experiment
+from tests.waiting import wait_until
 
 
 def experiment(method: list[dict[str, Any]], *, rollback_marker: Path | None = None,
@@ -32,13 +32,6 @@ def start(cmd: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[st
                             stderr=subprocess.STDOUT)
 
 
-def wait_for(path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def interrupt_during_activity(cmd: str, tmp: Path, env: dict[str, str],
                               signum: int) -> tuple[int, Path, Path]:
     tmp.mkdir()
@@ -47,7 +40,7 @@ def interrupt_during_activity(cmd: str, tmp: Path, env: dict[str, str],
         [python_activity("action", "slow-action", "sleep", seconds=4, marker=str(marker))],
         rollback_marker=rollback))
     proc = start(cmd, ["run", str(path), "--journal-path", str(tmp / "journal.json")], env)
-    wait_for(marker.with_suffix(".started"))
+    wait_until(marker.with_suffix(".started").exists, 30, "the activity to start")
     proc.send_signal(signum)
     proc.communicate(timeout=60)
     return proc.returncode, marker, rollback

@@ -30,6 +30,7 @@ from tests.kubernetes.k8s_cluster import (
     start_agent_process,
     stop_process,
 )
+from tests.waiting import wait_until
 
 
 def _node(api: KubeStandin, name: str) -> dict[str, Any]:
@@ -58,15 +59,6 @@ def _run_args(path: Path, api: KubeStandin) -> list[str]:
             "--journal-path", str(path.with_suffix(".journal.json"))]
 
 
-def _wait(condition: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
 def test_the_agent_uncordons_after_the_orchestrator_is_killed(tmp_path: Path) -> None:
     with running_standin() as api:
         api.add_secret(NAMESPACE, "gameday-agent-token", {"token": AGENT_TOKEN})
@@ -84,7 +76,7 @@ def test_the_agent_uncordons_after_the_orchestrator_is_killed(tmp_path: Path) ->
             orchestrator = subprocess.Popen(_run_args(experiment, api), env=cli_env(tmp_path),
                                             cwd=REPO, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL)
-            assert _wait(lambda: marker.with_suffix(".started").exists(), 30)
+            wait_until(lambda: marker.with_suffix(".started").exists(), 30, "the run to start")
             assert _node(api, "n0")["spec"]["unschedulable"] is True
             first = read_marks(_node(api, "n0")["metadata"]["annotations"])[0].revert_by
             time.sleep(2.5)  # past the 2 s lease: the live orchestrator keeps renewing
@@ -94,7 +86,8 @@ def test_the_agent_uncordons_after_the_orchestrator_is_killed(tmp_path: Path) ->
             orchestrator.send_signal(signal.SIGKILL)
             orchestrator.wait(10)
             killed_at = time.monotonic()
-            assert _wait(lambda: not _node(api, "n0")["spec"].get("unschedulable"), 10)
+            wait_until(lambda: not _node(api, "n0")["spec"].get("unschedulable"), 10,
+                       "the agent to uncordon n0")
             assert time.monotonic() - killed_at < 8
             assert MARKS_ANNOTATION not in _node(api, "n0")["metadata"]["annotations"]
         finally:

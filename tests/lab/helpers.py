@@ -4,9 +4,7 @@ import fcntl
 import json
 import os
 import socket
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,19 +17,6 @@ T = TypeVar("T")
 
 #: A fixed batch of inputs (16 features each).
 INPUTS = [[(i + 1) / 16 for i in range(16)], [-0.5] * 16, [float(i % 3) for i in range(16)]]
-
-
-def eventually(check: Callable[[], T | None], *, timeout: float = 20.0,
-               every: float = 0.05, what: str = "condition") -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 def metrics_text(url: str) -> str:

@@ -15,13 +15,13 @@ from gameday.lab.httpjson import fetch_json
 from tests.lab.helpers import (
     agent,
     assert_nothing_left,
-    eventually,
     lab_footprint,
     metrics_text,
     placement,
     predict,
     shard_entry,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -113,7 +113,7 @@ def test_double_bit_ecc_moves_the_shard_and_answers_stay_identical(
             code, body = predict(info)
             return body["error"] if code == 503 else None
 
-        error = eventually(failing, timeout=5, what="/predict to fail")
+        error = wait_until(failing, 5, "/predict to fail")
         where = f"{node}/gpu{gpu}"
         assert error == f"shard 0 ({where}): uncorrectable ECC error (Xid 48) on {where}"
 
@@ -122,10 +122,10 @@ def test_double_bit_ecc_moves_the_shard_and_answers_stay_identical(
             ok = entry["status"] == "serving" and entry["gpu"] != gpu
             return entry if ok else None
 
-        after = eventually(moved, timeout=20, what="shard 0 to move")
+        after = wait_until(moved, 20, "shard 0 to move")
         assert after["node"] == node  # same NVLink domain
         assert after["pid"] != before["pid"] and after["url"] != before["url"]
-        assert eventually(lambda: predict(info)[0] == 200, what="/predict to recover")
+        assert wait_until(lambda: predict(info)[0] == 200, what="/predict to recover")
         assert predict(info) == (200, {"outputs": golden})
         doc = placement(info)
         bad = next(g for g in doc["gpus"] if (g["node"], g["gpu"]) == (node, gpu))
@@ -145,7 +145,7 @@ def test_double_bit_ecc_moves_the_shard_and_answers_stay_identical(
         return any((g["node"], g["gpu"], g["state"]) == (node, gpu, "healthy")
                    for g in doc["gpus"])
 
-    eventually(uncordoned, timeout=20, what="the GPU to be uncordoned")
+    wait_until(uncordoned, 20, "the GPU to be uncordoned")
     assert "gpu_uncordoned" in [e["type"] for e in placement(info)["events"]]
     metrics = metrics_text(info["controller_url"] + "/metrics")
     assert "gameday_controller_shard_moves_total 1.0" in metrics

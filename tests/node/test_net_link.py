@@ -10,6 +10,7 @@ from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.net import LinkFlapFault, handlers, list_links
 from tests.node.net_support import leftovers, netns_pair, sh, tcp_connects, tcp_listener
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(LinkFlapFault().unavailable() is not None,
                                 reason=str(LinkFlapFault().unavailable()))
@@ -26,21 +27,12 @@ def _admin_up(ns: str, link: str) -> bool:
     return next(item["admin_up"] for item in list_links(ns) if item["name"] == link)
 
 
-def _wait(condition: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_link_flap_cuts_traffic_while_down_and_leaves_the_link_up() -> None:
     with netns_pair() as pair:
         listener = tcp_listener(pair.b, pair.ip_b)
         port = listener.getsockname()[1]
         try:
-            assert _wait(lambda: tcp_connects(pair.a, pair.ip_b, port), 5.0)
+            wait_until(lambda: tcp_connects(pair.a, pair.ip_b, port), 5.0, "traffic over the link")
             fault = LinkFlapFault()
             request = FaultRequest("net.link_flap", {"link": pair.link_a, "netns": pair.a},
                                    {"down_s": 0.6, "up_s": 0.6, "count": 2})
@@ -50,11 +42,11 @@ def test_link_flap_cuts_traffic_while_down_and_leaves_the_link_up() -> None:
             assert not _admin_up(pair.a, pair.link_a)
             assert not tcp_connects(pair.a, pair.ip_b, port)
             # up between the flaps, down again, then up for good
-            assert _wait(lambda: _admin_up(pair.a, pair.link_a), 2.0)
-            assert _wait(lambda: not _admin_up(pair.a, pair.link_a), 2.0)
-            assert _wait(lambda: _admin_up(pair.a, pair.link_a), 3.0)
+            wait_until(lambda: _admin_up(pair.a, pair.link_a), 2.0, "the link up")
+            wait_until(lambda: not _admin_up(pair.a, pair.link_a), 2.0, "the link down")
+            wait_until(lambda: _admin_up(pair.a, pair.link_a), 3.0, "the link up again")
             assert time.monotonic() - started >= 1.7
-            assert _wait(lambda: tcp_connects(pair.a, pair.ip_b, port), 5.0)
+            wait_until(lambda: tcp_connects(pair.a, pair.ip_b, port), 5.0, "traffic over the link")
             fault.revert("f-flap1", request)
             fault.revert("f-flap1", request)  # idempotent
             assert _admin_up(pair.a, pair.link_a)

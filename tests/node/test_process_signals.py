@@ -21,6 +21,7 @@ from gameday.node.host.process import HostSignalFault
 from gameday.node.host.storage import FuseStorageFault
 from gameday.node.processes import find_processes, process_state
 from tests.node.storage_support import PREFIX, PREFIX_ENV, assert_nothing_left
+from tests.waiting import wait_until
 
 TICKER = ("import sys, time\n"
           "while True:\n"
@@ -53,27 +54,20 @@ def ticks(tmp_path: Path) -> int:
     return (tmp_path / "ticks").stat().st_size
 
 
-def wait_for(predicate: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_pause_stalls_a_real_process_until_reverted(tmp_path: Path,
                                                     ticker: subprocess.Popen[bytes]) -> None:
-    wait_for(lambda: ticks(tmp_path) > 5)
+    wait_until(lambda: ticks(tmp_path) > 5)
     pause = HostSignalFault("process.pause")
     request = FaultRequest("process.pause", {"pid": ticker.pid}, {"max_processes": 1})
     details = pause.apply("p-1", request)
     assert details["signal"] == "SIGSTOP"
-    wait_for(lambda: process_state(ticker.pid) == "T")
+    wait_until(lambda: process_state(ticker.pid) == "T")
     frozen = ticks(tmp_path)
     time.sleep(0.4)
     assert ticks(tmp_path) == frozen, "a stopped process made progress"
     pause.revert("p-1", request)
     pause.revert("p-1", request)  # idempotent
-    wait_for(lambda: ticks(tmp_path) > frozen + 3)
+    wait_until(lambda: ticks(tmp_path) > frozen + 3)
 
 
 def test_pause_with_duration_continues_by_itself(tmp_path: Path,
@@ -82,8 +76,8 @@ def test_pause_with_duration_continues_by_itself(tmp_path: Path,
     request = FaultRequest("process.pause", {"cmdline": f"gdsto-ticker {tmp_path}"},
                            {"duration_s": 0.5})
     pause.apply("p-2", request)
-    wait_for(lambda: process_state(ticker.pid) == "T")
-    wait_for(lambda: process_state(ticker.pid) in ("S", "R"), timeout=5)
+    wait_until(lambda: process_state(ticker.pid) == "T")
+    wait_until(lambda: process_state(ticker.pid) in ("S", "R"), 5)
     pause.revert("p-2", request)
 
 
@@ -97,7 +91,7 @@ def test_kill_by_name_and_the_guards(tmp_path: Path, ticker: subprocess.Popen[by
     extra = subprocess.Popen([sys.executable, "-c", TICKER, "gdsto-ticker", str(tmp_path)],
                              stdout=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(find_processes(cmdline=f"gdsto-ticker {tmp_path}")) == 2)
+        wait_until(lambda: len(find_processes(cmdline=f"gdsto-ticker {tmp_path}")) == 2)
         with pytest.raises(FaultRejected, match="matches 2 processes"):
             kill.apply("k-1", FaultRequest("process.kill",
                                            {"cmdline": f"gdsto-ticker {tmp_path}"}, {}))
@@ -116,7 +110,7 @@ def test_freezer_stall_freezes_and_thaws_a_real_process(
         pytest.skip("this host has no cgroup freezer")
     stall = FuseStorageFault("storage.stall", FaultFsLayers(tmp_path / "gdsto-state"))
     request = FaultRequest("storage.stall", {"pid": ticker.pid}, {"mechanism": "freezer"})
-    wait_for(lambda: ticks(tmp_path) > 5)
+    wait_until(lambda: ticks(tmp_path) > 5)
     details = stall.apply("s-1", request)
     assert details["cgroup"].startswith(PREFIX)
     time.sleep(0.3)
@@ -124,7 +118,7 @@ def test_freezer_stall_freezes_and_thaws_a_real_process(
     time.sleep(0.4)
     assert ticks(tmp_path) == frozen, "a frozen process made progress"
     stall.revert("s-1", request)
-    wait_for(lambda: ticks(tmp_path) > frozen + 3)
+    wait_until(lambda: ticks(tmp_path) > frozen + 3)
     own = [line for line in Path(f"/proc/{ticker.pid}/cgroup").read_text().splitlines()
            if "freezer" in line]
     assert all(PREFIX not in line for line in own), own

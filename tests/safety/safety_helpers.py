@@ -8,7 +8,6 @@ request still crosses a real socket with a real bearer token.
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,11 +60,3 @@ def gameday(args: list[str], env: dict[str, str], timeout: float = 120,
             **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).parent / "gameday"), *args], env=env,
                           cwd=REPO, text=True, capture_output=True, timeout=timeout, **kwargs)
-
-
-def wait_for(predicate: Any, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)

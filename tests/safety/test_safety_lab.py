@@ -16,7 +16,8 @@ import yaml
 from gameday.engine.agent_client import AgentClient
 from gameday.safety.locks import live_holders
 from tests.conftest import read_json
-from tests.safety.safety_helpers import REPO, env_for, gameday, wait_for
+from tests.safety.safety_helpers import REPO, env_for, gameday
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.lab
 GAMEDAY = str(Path(sys.executable).parent / "gameday")
@@ -101,7 +102,7 @@ def test_signals_in_every_phase_revert_everything(signum: int, tmp_path: Path,
         runs.append((phase, proc, marker, journal))
     try:
         for phase, proc, marker, _ in runs:
-            wait_for(lambda m=marker, p=proc: m.exists() or p.poll() is not None, 60,
+            wait_until(lambda m=marker, p=proc: m.exists() or p.poll() is not None, 60,
                      f"{phase} phase")
             assert proc.poll() is None, f"{phase}: exited early: {proc.communicate()[0]}"
         assert len(active_faults(lab_dir)) == 3  # one in every phase but steady state
@@ -131,7 +132,7 @@ def test_second_run_on_a_locked_gpu_is_refused(tmp_path: Path, env: dict[str, st
     holder = subprocess.Popen([GAMEDAY, "run", str(first)], env=env, cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(marker.exists, 60, "the first run to hold its fault")
+        wait_until(marker.exists, 60, "the first run to hold its fault")
         [lock] = [h for h in live_holders(Path(env["GAMEDAY_HOME"]) / "locks")
                   if h.target == "node-1.gpu-2"]
         run_id = lock.run_id
@@ -180,7 +181,7 @@ def test_cleanup_after_sigkill_reverts_once(tmp_path: Path, env: dict[str, str],
         ecc("node-1", 3), act("probe", "hold", "hold", marker=str(marker))])
     proc = subprocess.Popen([GAMEDAY, "run", str(path)], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(marker.exists, 60, "the fault")
+    wait_until(marker.exists, 60, "the fault")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     [left] = active_faults(lab_dir)  # the 120 s lease keeps it for now

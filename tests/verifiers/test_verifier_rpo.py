@@ -17,6 +17,7 @@ from tests.verifiers.verifier_helpers import (
     only_result,
     record_fault,
 )
+from tests.waiting import wait_until
 from verifiers.rpo import assess_checkpoint_loss, checkpoint_loss, find_restart, stream_loss
 
 
@@ -101,19 +102,10 @@ class StandInJob:
         self._thread.join(timeout=5)
 
 
-def wait_for(prometheus: PrometheusUnderTest, query: str, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if prometheus.query(query):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{query} never returned anything")
-
-
 def test_checkpoint_loss_against_a_real_prometheus(prometheus: PrometheusUnderTest) -> None:
     job = StandInJob(prometheus)
     try:
-        wait_for(prometheus, "job_step > 20")
+        wait_until(lambda: prometheus.query("job_step > 20"), 10, "job_step > 20", every_s=0.2)
         job.stalled = True  # the store stalls: no checkpoint becomes durable
         time.sleep(1.5)
         session = new_session()
@@ -174,7 +166,8 @@ def test_stream_loss_against_a_real_prometheus(prometheus: PrometheusUnderTest) 
     for partition, offset in (("0", 100), ("1", 200)):
         accepted.labels(partition=partition).set(offset)
         committed.labels(partition=partition).set(offset - 40)
-    wait_for(prometheus, "group_committed_offset")
+    wait_until(lambda: prometheus.query("group_committed_offset"), 10,
+               "group_committed_offset", every_s=0.2)
     time.sleep(1.2)
     session = new_session()
     record_fault(session, kind="process.kill")

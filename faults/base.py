@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gameday.agent.backend import INJECTION_LAYERS, Backend, FaultRequest
+from gameday.contract.backend import INJECTION_LAYERS, Backend, FaultRequest
 from gameday.errors import InvalidInput
 
 __all__ = ["INJECTION_LAYERS", "Backend", "FaultKind", "FaultRequest", "Param"]

@@ -31,7 +31,7 @@ import requests
 
 from faults.base import FaultKind, Param
 from gameday import activity
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 
 __all__ = ["health_is", "maintenance_off", "maintenance_on"]

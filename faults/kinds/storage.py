@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from faults.base import FaultKind, Param
+from gameday.contract.faultfs import ERRNOS, OPERATION_GROUPS, OPERATIONS
 from gameday.errors import InvalidInput
-from gameday.node.faultfs.rules import ERRNOS, OPERATION_GROUPS, OPERATIONS
 
 STORAGE_SELECTOR_DOC = ("which filesystem: {mount: store} (a mount the agent lists; the "
                         "lab's weight store) | {path: /abs/dir, node: NAME} (host: layered "

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.protocol import MINIMAL_FIELDS, REVERT_REASONS, Outcome, RevertReason
+from gameday.contract.backend import FaultRequest
 from gameday.errors import AgentError
 
 __all__ = ["Fault", "new_fault_ids", "new_faults", "plain_details"]

@@ -33,8 +33,8 @@ from typing import Any, Final
 
 import yaml
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.registry import Limits, PolicyRefused
+from gameday.contract.backend import FaultRequest
 from gameday.errors import InvalidInput
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 

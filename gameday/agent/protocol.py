@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import InvalidInput, first_line
 
 __all__ = [

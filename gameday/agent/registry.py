@@ -29,13 +29,13 @@ from typing import Any, Final, Literal
 
 import structlog
 
-from gameday.agent.backend import Backend, FaultRequest, backend_batch
 from gameday.agent.conflicts import TargetIndex, first_holder
 from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile
 from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.contract.backend import Backend, FaultRequest, backend_batch
 from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput, first_line
 from gameday.logs import writes_info
 

@@ -17,7 +17,7 @@ file must be mode 0600) or else ``$GAMEDAY_AGENT_TOKEN``; a weak token (under 25
 (:mod:`gameday.agent.policy`; the host backend refuses every target without one).
 Every request is recorded in ``--audit-log`` (default ``D/audit-NAME.jsonl``). The backend is
 a name from :data:`BACKENDS` or a ``module:callable`` spec; the callable is called as
-``factory(node=NAME)`` and returns a :class:`gameday.agent.backend.Backend`. Active
+``factory(node=NAME)`` and returns a :class:`gameday.contract.backend.Backend`. Active
 faults are saved in ``D/agent-NAME.json``. Once serving, one line
 ``agent listening on URL`` goes to stdout (logs go to stderr, as JSON). A signal
 reverts every fault (reason ``agent-shutdown``) and the command exits 0; errors are
@@ -41,12 +41,12 @@ from typing import Final, cast
 import structlog
 
 from gameday.agent.audit import AuditTrail
-from gameday.agent.backend import Backend
 from gameday.agent.policy import Policy, load_policy
 from gameday.agent.reconcile import reconciler_for
 from gameday.agent.server import AgentServer
 from gameday.agent.tls import ServerTLS
 from gameday.agent.tokens import TokenSet, check_token
+from gameday.contract.backend import Backend
 from gameday.errors import GamedayError, InvalidInput
 
 __all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen",

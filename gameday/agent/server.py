@@ -38,7 +38,6 @@ import structlog
 from gameday.agent import openapi
 from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.audit import AuditTrail
-from gameday.agent.backend import Backend
 from gameday.agent.httphead import BadRequestHead, read_request_head
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
@@ -71,6 +70,7 @@ from gameday.agent.registry import (
 from gameday.agent.tls import ServerTLS, peer_identity
 from gameday.agent.tokens import TokenSet
 from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.contract.backend import Backend
 from gameday.errors import FaultRejected, GamedayError, InvalidInput
 
 __all__ = ["AgentServer"]

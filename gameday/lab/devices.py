@@ -1,6 +1,6 @@
 """The agent backend of a lab node: fault kinds change the state of virtual GPUs.
 
-:class:`VirtualGpuBackend` implements :class:`gameday.agent.backend.Backend`. Each fault
+:class:`VirtualGpuBackend` implements :class:`gameday.contract.backend.Backend`. Each fault
 kind is a small :class:`gameday.lab.vfaults.VirtualFault` that validates a request into
 a change of one GPU's state. Reverting restores the fields the fault changed to their
 values from before it (the "GPU was reset"); those values are kept as fault records.
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.gpustate import (
     GPU_FIELDS,
@@ -167,7 +167,7 @@ class VirtualGpuBackend:
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Applies and reverts this thread makes inside are published once, when it ends
-        (optional batch hook of :class:`gameday.agent.backend.Backend`). Re-entrant;
+        (optional batch hook of :class:`gameday.contract.backend.Backend`). Re-entrant;
         publishes even when the batch raises. Other threads' changes are published as
         they happen."""
         return _Batch(self)

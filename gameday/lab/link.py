@@ -23,7 +23,7 @@ link has a single peer, the router.
 from collections.abc import Mapping
 from typing import Any
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
 from gameday.node.tcprelay import Impairment, Relay

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.hostfaults import hog_handlers, process_handlers

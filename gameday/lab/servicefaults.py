@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected, LabError
 from gameday.lab.httpjson import (
     Request,

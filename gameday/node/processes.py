@@ -24,7 +24,7 @@ from typing import Any
 
 import re2
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",

@@ -28,9 +28,9 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from gameday.agent.backend import Backend
 from gameday.agent.server import AgentServer
 from gameday.clock import FakeClock
+from gameday.contract.backend import Backend
 from gameday.engine import runner, signals
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import GamedayError
@@ -67,7 +67,7 @@ def agent(backend: Backend | None = None, *, node: str = "node-0", gpus: int = 4
     """Serve a real agent for ``node`` on a free loopback port while the block runs.
 
     ``backend`` is what applies the faults (anything with the
-    :class:`gameday.agent.backend.Backend` members); by default ``gpus`` virtual GPUs of
+    :class:`gameday.contract.backend.Backend` members); by default ``gpus`` virtual GPUs of
     the lab's device model. ``token`` defaults to a random one. The agent's state (and
     the virtual GPUs') lives in ``state_dir``, else in a temporary directory removed
     after. Leaving the block stops the agent, reverting every fault it still holds.

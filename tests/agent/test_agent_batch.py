@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BATCH_ITEMS,
@@ -26,6 +25,7 @@ from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import AgentServer
 from gameday.agent.state import StateFile
 from gameday.clock import FakeClock
+from gameday.contract.backend import FaultRequest
 from gameday.engine.agent_client import AgentClient, BatchFailed, LeaseLost
 from gameday.engine.leases import LeaseRenewer
 from gameday.errors import AgentError

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.conflicts import TargetIndex, first_holder, target_key
 from gameday.agent.registry import BatchRejected, FaultConflict, FaultRegistry
+from gameday.contract.backend import FaultRequest
 from tests.agent.agent_marker import KIND, MarkerBackend
 
 

@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.registry import (
     AgentClosing,
     Fault,
@@ -18,6 +17,7 @@ from gameday.agent.registry import (
     UnknownFault,
 )
 from gameday.clock import FakeClock
+from gameday.contract.backend import FaultRequest
 from gameday.errors import AgentError, FaultRejected, InvalidInput
 from tests.agent.agent_marker import KIND, MarkerBackend
 

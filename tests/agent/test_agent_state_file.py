@@ -6,10 +6,10 @@ import json
 import os
 import pathlib
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import AgentServer
 from gameday.agent.state import StateFile
+from gameday.contract.backend import FaultRequest
 from tests.agent.agent_marker import KIND, MarkerBackend
 
 

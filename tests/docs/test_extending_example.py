@@ -7,6 +7,7 @@ HTTP whose backend is the example's, and the example's real HTTP service. No sta
 """
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -70,7 +71,7 @@ def test_the_example_through_the_gameday_command(tmp_path: Path, flag: Path) -> 
     env = cli_env(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])
     env["MAINTENANCE_FILE"] = str(flag)
-    env["GAMEDAY_AGENT_TOKEN"] = "example-token-0123456789"
+    env["GAMEDAY_AGENT_TOKEN"] = secrets.token_hex(32)
     agent = subprocess.Popen([str(BIN / "gameday"), "agent", "serve", "--backend",
                               "maintenance_example:backend", "--listen", "127.0.0.1:0",
                               "--state-dir", str(tmp_path / "agent"), "--node", "node-0"],

@@ -10,7 +10,7 @@ import pytest
 
 from faults.catalogue import CATALOGUE
 from faults.reference import catalogue_markdown
-from gameday.agent.backend import INJECTION_LAYERS
+from gameday.contract.backend import INJECTION_LAYERS
 from gameday.experiment.extension import COVERAGE_LAYERS
 from tests.conftest import REPO, gameday
 

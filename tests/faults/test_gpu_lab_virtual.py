@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from faults.catalogue import CATALOGUE
-from gameday.agent.backend import FaultRequest
 from gameday.clock import FakeClock
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.alerts import CRITICAL_ALERTS
 from gameday.lab.devices import VirtualGpuBackend

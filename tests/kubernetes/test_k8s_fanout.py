@@ -20,7 +20,7 @@ import pytest
 from chaoslib.exceptions import ActivityFailed
 
 import faults.gpu as gpu_faults
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.engine import session as sessions
 from gameday.engine import signals
 from gameday.engine.agent_client import AgentClient

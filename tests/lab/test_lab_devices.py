@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.gpustate import (

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import gameday.lab.devices as devices
-from gameday.agent.backend import FaultRequest
 from gameday.agent.registry import BatchRejected, FaultRegistry
+from gameday.contract.backend import FaultRequest
 from gameday.lab.gpustate import GpuState, NodeState, fresh_gpu, node_state_path, read_node_state
 
 ECC = "gpu.ecc"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend, host_backend
 from gameday.node.host.cuda import CudaError, LibCuda, hold_memory

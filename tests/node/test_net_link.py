@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.net import LinkFlapFault, handlers, list_links
 from tests.node.net_support import leftovers, netns_pair, sh, tcp_connects, tcp_listener

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.proxy import ServiceProxyFault
 from tests.node.net_support import PREFIX, leftovers

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.net import DropRulesFault
 from gameday.node.host.netrules import DropSpec, Nftables, available_mechanisms, netem_unavailable

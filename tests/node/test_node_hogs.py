@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.node.cgroups import detect
 from gameday.node.hogs import MIB, hog_group
 from gameday.node.host.hogs import HostHogFault

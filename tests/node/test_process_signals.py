@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.cgroups import detect
 from gameday.node.host.fusefs import FaultFsLayers

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.faultfs.mount import FaultFsMount, fuse_mounts, is_mounted
 from gameday.node.faultfs.rules import Rule, RuleError, RuleSet, expand_operations, rule_for_fault

@@ -5,7 +5,6 @@ holds the active rules by fault id and is asked, at the start of every operation
 to do (:meth:`RuleSet.before`). Removing a rule releases every operation it holds.
 """
 
-import errno
 import random
 import threading
 import time
@@ -13,22 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gameday.contract.faultfs import ERRNOS, OPERATION_GROUPS, OPERATIONS
+
 __all__ = ["ERRNOS", "OPERATIONS", "FaultRaised", "Rule", "RuleError", "RuleSet",
            "rule_for_fault"]
-
-#: Operations a rule can select (the FUSE operations the fault filesystem serves).
-OPERATIONS = ("getattr", "access", "readdir", "readlink", "open", "create", "read", "write",
-              "flush", "fsync", "release", "truncate", "unlink", "mkdir", "rmdir", "rename",
-              "link", "symlink", "chmod", "chown", "utimens", "statfs")
-#: Shorthands for groups of operations.
-OPERATION_GROUPS: dict[str, tuple[str, ...]] = {
-    "all": OPERATIONS,
-    "data": ("read", "write", "fsync", "flush"),
-    "metadata": ("getattr", "access", "readdir", "readlink", "statfs"),
-}
-#: Error numbers a rule may inject, by name.
-ERRNOS = {"EIO": errno.EIO, "ENOSPC": errno.ENOSPC, "EACCES": errno.EACCES,
-          "EROFS": errno.EROFS, "EDQUOT": errno.EDQUOT}
 
 Mode = Literal["latency", "hang", "error"]
 MODES: tuple[Mode, ...] = ("latency", "hang", "error")

@@ -10,9 +10,9 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from gameday.agent.backend import FaultRequest
 from gameday.agent.policy import NO_POLICY, Policy
 from gameday.agent.registry import PolicyRefused
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
 from gameday.node.processes import SignalFault

@@ -7,7 +7,7 @@ really possible here and a user sees the reason for what is not.
 
 from typing import Any, Protocol
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 
 
 class HostFault(Protocol):

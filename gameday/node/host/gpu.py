@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
 from gameday.node.host.cuda import CudaDriver, LibCuda, MemoryHold, hold_memory

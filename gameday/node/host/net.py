@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
 from gameday.node.host.netrules import (

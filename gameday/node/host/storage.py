@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gameday.agent.backend import FaultRequest
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.cgroups import BoundedGroup, CgroupError, detect, group_prefix
 from gameday.node.faultfs.control import ControlError

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TextIO
 
 from gameday.errors import InvalidInput, ObservabilityError
+from gameday.evidence.summary import JournalSummary, read_summary
 from gameday.report.metrics import DEFAULT_JOB, Pushgateway, write_textfile
-from gameday.report.summary import JournalSummary, read_summary
 
 #: The environment variable that holds the Pushgateway password (not on the command line).
 PASSWORD_ENV = "GAMEDAY_PUSHGATEWAY_PASSWORD"

@@ -43,9 +43,9 @@ from faults.catalogue import CATALOGUE
 from gameday import __version__
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
+from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
-from gameday.report.summary import JournalSummary, is_journal_file, read_summary
 from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")

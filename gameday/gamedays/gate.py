@@ -36,10 +36,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gameday.atomic import replace_file
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
+from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
 from gameday.gamedays.costs import CostProjection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
-from gameday.report.summary import JournalSummary, is_journal_file, read_summary
 from gameday.stats import percentile
 
 

@@ -36,9 +36,9 @@ from gameday.engine import signals
 from gameday.engine.runner import RunOptions, RunOutcome, run
 from gameday.errors import GamedayError
 from gameday.evidence.journal import write_journal
+from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
-from gameday.report.summary import JournalSummary, read_journal
 from gameday.targets.lab import LabLease
 
 RECORD_SUFFIX = ".playbook.json"

@@ -49,6 +49,8 @@ DENIED_NAMES = frozenset({"systemd", "init", "kubelet", "containerd", "container
 _FAULTFS_MODULE = "gameday.node.faultfs"
 
 _TARGET_KEYS = frozenset({"pid", "name", "cmdline"})
+#: Keys that only say what a ``pid`` is (the engine resolves a lab shard or role to it).
+_PID_LABELS = frozenset({"shard", "role"})
 _PARAM_KEYS = {"process.kill": frozenset({"max_processes"}),
                "process.pause": frozenset({"max_processes", "duration_s"})}
 
@@ -152,9 +154,11 @@ def check_signal_request(kind: str, request: FaultRequest, *,
     """Refuse (:class:`FaultRejected`) an unknown target or parameter key, a bad pid,
     name or pattern, ``max_processes`` outside 1..``max_processes``, a bad
     ``duration_s``: before anything is looked up or signalled."""
-    unknown = sorted(set(request.target) - _TARGET_KEYS)
+    labels = _PID_LABELS if "pid" in request.target else frozenset()
+    unknown = sorted(set(request.target) - _TARGET_KEYS - labels)
     if unknown:
-        raise FaultRejected(f"target.{unknown[0]} is unknown (known: cmdline, name, pid)")
+        raise FaultRejected(f"target.{unknown[0]} is unknown (known: cmdline, name, pid; "
+                            "shard or role only alongside a pid)")
     unknown = sorted(set(request.params) - _PARAM_KEYS[kind])
     if unknown:
         raise FaultRejected(f"params.{unknown[0]} is unknown for {kind} "

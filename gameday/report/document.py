@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gameday.errors import InvalidInput
+from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.gamedays.costs import Fleet, project
-from gameday.report.summary import JournalSummary, read_journal
 from gameday.report.svg import objectives_svg, timeline_svg
 from gameday.report.terminal import verdict_table
 from gameday.report.timeline import build_timeline

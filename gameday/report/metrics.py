@@ -1,6 +1,6 @@
 """The metrics of results: what experiment runs showed, as Prometheus samples.
 
-Built from journal summaries (``gameday.report.summary``), so ``gameday run``, ``play``
+Built from journal summaries (``gameday.evidence.summary``), so ``gameday run``, ``play``
 and ``gate`` export the same families (docs/observability.md). Every sample is
 labelled with ``experiment`` (the experiment file's stem) and ``target``, plus
 ``fault_kind`` and ``layer`` (the coverage cell); ``gameday_verifier_passed`` adds
@@ -29,7 +29,7 @@ from prometheus_client.exposition import (
 )
 
 from gameday.errors import ObservabilityError
-from gameday.report.summary import JournalSummary
+from gameday.evidence.summary import JournalSummary
 
 __all__ = ["BASE_LABELS", "Pushgateway", "ResultMetrics", "experiment_label",
            "write_textfile"]

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gameday.errors import InvalidInput
+from gameday.evidence.summary import JournalSummary, read_summary
 from gameday.gamedays.costs import Fleet, project
 from gameday.report.document import CSP, STYLE
-from gameday.report.summary import JournalSummary, read_summary
 from gameday.report.svg import objectives_svg
 from gameday.report.timeline import Objective
 from gameday.stats import percentile

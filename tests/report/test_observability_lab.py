@@ -26,6 +26,7 @@ from tests.report.observability_helpers import (
     query,
     silences,
 )
+from tests.waiting import wait_until
 
 DASHBOARD = REPO / "deploy" / "grafana" / "gameday-dashboard.json"
 EXPERIMENTS = ("gpu-ecc-dbe-reshard", "storage-stall-checkpoint-rpo")
@@ -68,6 +69,11 @@ def played(servers: dict[str, Daemon], lab_dir: Path,
         "experiments": [{"name": p.stem, "path": str(p)} for p in paths]}))
     env = cli_env(directory)
     env["GAMEDAY_LAB_DIR"] = str(lab_dir)
+    # the first experiment's fault window lasts seconds: let Prometheus scrape the agents
+    # before it starts (its first scrapes come some seconds after it starts)
+    agents = len(lab_json(lab_dir)["nodes"])
+    wait_until(lambda: len(query(servers["prom"], 'up{job="gameday-agent"} == 1')) == agents,
+               60, "prometheus to scrape every lab agent", every_s=0.5)
     metrics_file = directory / "textfile" / "gameday.prom"
     done = gameday(["play", str(playbook), "--journal-dir", str(directory / "journals"),
                     "--metrics-file", str(metrics_file), "--pushgateway",

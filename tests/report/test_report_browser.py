@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from gameday.evidence.journal import write_journal
+from gameday.evidence.summary import summarize
 from gameday.report.document import render_html
-from gameday.report.summary import summarize
 from tests.conftest import cli_env, gameday
 from tests.report.reports_helpers import real_journal, varied
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from gameday.evidence.summary import read_journal, read_summary, summarize
 from gameday.gamedays import coverage
 from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, Fleet, project
 from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
-from gameday.report.summary import read_journal, read_summary, summarize
 from tests.conftest import REPO, cli_env, gameday
 from tests.report.reports_helpers import DATA, real_journal, varied, write
 

@@ -302,10 +302,11 @@ class GpuOomHost(_GpuHandler):
 
 
 class GpuXidHost(_GpuHandler):
-    """``gpu.xid``: the driver's Xid line in the kernel log, and DCGM's Xid field."""
+    """``gpu.xid``: an Xid line in the kernel log (as the driver writes it, but from user
+    space), and DCGM's Xid field."""
 
     kind = "gpu.xid"
-    injected_at = "driver"
+    injected_at = "log"
 
     def unavailable(self) -> str | None:
         return self.host.xid_unavailable()
@@ -346,7 +347,7 @@ class GpuEccHost(_GpuHandler):
     """``gpu.ecc``: ECC counters in DCGM (fields 310/311) and an optional Xid."""
 
     kind = "gpu.ecc"
-    injected_at = "driver"
+    injected_at = "telemetry"
 
     def unavailable(self) -> str | None:
         return self.host.xid_unavailable()

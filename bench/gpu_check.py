@@ -1,100 +1,210 @@
-"""A read-and-allocate check of the real GPU backends, for a machine with NVIDIA GPUs.
+"""A one-shot check of the real GPU paths, for a lent GPU machine.
 
-``python bench/gpu_check.py [--mib 256]``
+``/usr/bin/python3 bench/gpu_check.py [--mib 256] [--deadline-s 300]``
 
-Reads every GPU through NVML (count, name, UUID, PCI bus id, memory, temperature, SM
-clock, volatile ECC totals, clocks-event reasons) and exercises the real ``gpu.oom``
-backend: holds ``--mib`` MiB on each GPU through the CUDA driver API, reads the used
-memory back through NVML, frees it and reads again. It prints what it saw; the figure
-is ``held_ratio``: the rise in NVML's used memory divided by what was held (about 1;
-the context's own overhead makes it a little more).
+Runs with nothing but this repository and the system Python (no venv, no package
+index). One line per step, ``check NAME ok|fail|skip FIGURES``, then one summary line;
+exit 1 on any ``fail``, 0 otherwise (a machine without a GPU prints ``skip`` lines).
 
-It only reads and allocates: it NEVER changes clocks, power limits, ECC or MIG settings.
-Without an NVIDIA driver, or without ``pynvml`` (it runs on a bare system Python too), it
-says so and exits 0. Last line:
-``gpu_check: gpus=N status=ok|no-driver|no-pynvml|no-cuda|error held_ratio=...``.
+Steps: ``environment`` (driver, CUDA, compute/MIG/persistence modes where NVML is
+reachable, and a snapshot of clocks, power limit and ECC); ``nvml-reads`` for every GPU;
+``bus-id`` (NVML's PCI bus id -> CUDA device -> the same GPU); ``context-cost``;
+``gpu.oom`` applied and reverted through the real host handler (another process sees
+the free memory drop by the held bytes and its allocation fail, then succeed after the
+revert, used memory back within 64 MiB; an impossible size refused with nothing held);
+``xid-pattern`` (our Xid line against the pattern DCGM and detectors match, with NVML's
+bus id); ``dcgm`` (only where DCGM's bindings import, else ``skip``); and ``snapshot``
+(the clocks/power/ECC snapshot compared again).
+
+Safety: it never calls an NVML set, reset or clear function, never opens /dev/kmsg,
+never connects to a shared host engine (the DCGM step would use an embedded engine with a
+private kmsg file; it is a ``skip`` until that is written), reverts every hold in
+``finally``, and stops at one overall deadline (at most 6 minutes).
 """
 
 import argparse
+import re
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout
 
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
-from gameday.node.host.cuda import LibCuda, hold_memory
-from gameday.node.host.nvml import HAVE_PYNVML, LibNvml, NvmlError, read_gpu
+from gameday.node.host.cuda import LibCuda
+from gameday.node.host.dcgm import PyDcgm
+from gameday.node.host.gpu import GpuHost, GpuOomHost
+from gameday.node.host.kmsg import KernelLog, pci_for_xid, xid_line
+from gameday.node.host.nvml import LibNvml, NvmlError, read_gpu
 
 MIB = 1 << 20
+MAX_DEADLINE_S = 360.0
+#: The Xid pattern DCGM's kmsg reader and node problem detectors match (our own regex).
+XID_PATTERN = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): "
+                         r"(\d+),")
+_PROBE = """
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuDeviceGetByPCIBusId(ctypes.byref(device), sys.argv[1].encode()) == 0
+assert cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) == 0
+result = cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(int(sys.argv[2])))
+if result == 0:
+    cuda.cuMemFree_v2(pointer)
+cuda.cuCtxDestroy_v2(context)
+print("alloc-ok" if result == 0 else f"alloc-failed {result}")
+"""
 
 
-def describe(reading: dict[str, Any]) -> str:
-    def mib(value: int) -> str:
-        return f"{value // MIB} MiB"
+class Checks:
+    """Prints each step's line and counts fails; skips what is past the deadline."""
 
-    ecc = ("n/a" if reading["ecc_uncorrected"] is None else
-           f"{reading['ecc_corrected']} corrected / {reading['ecc_uncorrected']} uncorrected")
-    reasons = reading["clocks_event_reasons"]
-    return (f"gpu {reading['index']}: {reading['name']} {reading['uuid']} "
-            f"pci {reading['pci_bus_id']}\n"
-            f"  memory {mib(reading['memory_used'])} used / {mib(reading['memory_free'])} "
-            f"free / {mib(reading['memory_total'])} total\n"
-            f"  temperature {reading['temperature_c']} C, SM clock "
-            f"{reading['sm_clock_mhz']}/{reading['max_sm_clock_mhz']} MHz, clocks-event "
-            f"reasons {'n/a' if reasons is None else hex(reasons)}, ECC volatile {ecc}")
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline = time.monotonic() + min(deadline_s, MAX_DEADLINE_S)
+        self.counts = {"ok": 0, "fail": 0, "skip": 0}
+
+    def report(self, name: str, outcome: str, figures: str) -> None:
+        self.counts[outcome] += 1
+        print(f"check {name} {outcome} {figures}", flush=True)
+
+    def run(self, name: str, step: Callable[[], tuple[str, str]]) -> None:
+        if time.monotonic() >= self.deadline:
+            self.report(name, "skip", "past the overall deadline")
+            return
+        try:
+            outcome, figures = step()
+        except Exception as exc:  # a step's failure is a fail line, never a crash
+            outcome, figures = "fail", f"{type(exc).__name__}: {exc}"
+        self.report(name, outcome, figures)
+
+    def left_s(self) -> float:
+        return max(1.0, self.deadline - time.monotonic())
+
+
+def snapshot(nvml: LibNvml) -> list[dict[str, Any]]:
+    """Clocks, power limit and ECC totals of every GPU (reads only)."""
+    shots = []
+    for index in range(nvml.device_count()):
+        reading = read_gpu(nvml, index)
+        try:
+            power: int | None = nvml.power_limit_mw(index)[0]
+        except NvmlError:
+            power = None
+        shots.append({"index": index, "max_sm_clock_mhz": reading.max_sm_clock_mhz,
+                      "power_limit_mw": power, "ecc": [reading.ecc_corrected,
+                                                       reading.ecc_uncorrected]})
+    return shots
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mib", type=int, default=256, help="MiB to hold on each GPU")
+    parser.add_argument("--mib", type=int, default=256, help="MiB gpu.oom holds per GPU")
+    parser.add_argument("--deadline-s", type=float, default=300.0,
+                        help=f"overall deadline (at most {MAX_DEADLINE_S:g} s)")
     args = parser.parse_args()
-    nvml = LibNvml()
-    reason = nvml.unavailable()
-    if not HAVE_PYNVML:
-        print(f"skip: NVML not reachable from this Python: {reason}")
-        print("gpu_check: gpus=0 status=no-pynvml")
-        return 0
-    if reason is not None:
-        print(f"no NVIDIA GPU or driver present: {reason}")
-        print("gpu_check: gpus=0 status=no-driver")
-        return 0
-    try:
+    checks = Checks(args.deadline_s)
+    nvml, cuda = LibNvml(), LibCuda()
+    no_nvml, no_cuda = nvml.unavailable(), cuda.unavailable()
+    before: list[dict[str, Any]] = []
+
+    def environment() -> tuple[str, str]:
+        nonlocal before
+        if no_nvml is not None:
+            return "skip", f"NVML: {no_nvml}; CUDA: {no_cuda or 'usable'}"
         count = nvml.device_count()
-        readings = [read_gpu(nvml, index) for index in range(count)]
-    except NvmlError as exc:
-        print(f"NVML read failed: {exc}")
-        print("gpu_check: gpus=0 status=error")
-        return 1
-    for reading in readings:
-        print(describe(reading.to_json()))
-    cuda = LibCuda()
-    reason = cuda.unavailable()
-    if reason is not None:
-        print(f"CUDA driver unusable: {reason}")
-        print(f"gpu_check: gpus={count} status=no-cuda")
-        return 0
-    ratios = []
-    for reading in readings:
-        used_before = nvml.memory(reading.index)[1]
+        modes = [f"gpu{i}:mig={nvml.mig_enabled(i)},compute={nvml.compute_mode(i)}"
+                 for i in range(count)]
+        before = snapshot(nvml)
+        return "ok", f"gpus={count} cuda={'usable' if no_cuda is None else no_cuda} " + \
+            " ".join(modes) + f" snapshot={before}"
+
+    def nvml_reads() -> tuple[str, str]:
+        if no_nvml is not None:
+            return "skip", no_nvml
+        readings = [read_gpu(nvml, i) for i in range(nvml.device_count())]
+        return "ok", " ".join(f"gpu{r.index}:{r.name}:{r.memory_free // MIB}MiB-free:"
+                              f"{r.temperature_c}C" for r in readings)
+
+    def bus_ids() -> tuple[str, str]:
+        if no_nvml is not None or no_cuda is not None:
+            return "skip", no_nvml or no_cuda or ""
+        found = [cuda.device(nvml.pci_bus_id(i), i) for i in range(nvml.device_count())]
+        return "ok", f"cuda_devices={found}"
+
+    def context_cost() -> tuple[str, str]:
+        if no_nvml is not None or no_cuda is not None:
+            return "skip", no_nvml or no_cuda or ""
+        free_before = nvml.memory(0)[2]
+        context = cuda.create_context(cuda.device(nvml.pci_bus_id(0), 0))
         try:
-            hold = hold_memory(cuda, pci_bus_id=reading.pci_bus_id, ordinal=reading.index,
-                               size_bytes=args.mib * MIB)
-        except FaultRejected as exc:
-            print(f"gpu {reading.index}: gpu.oom refused: {exc}")
-            print(f"gpu_check: gpus={count} status=error")
-            return 1
-        used_during, chunks = nvml.memory(reading.index)[1], len(hold.pointers)
-        hold.release()
-        used_after = nvml.memory(reading.index)[1]
-        ratio = (used_during - used_before) / (args.mib * MIB)
-        ratios.append(ratio)
-        print(f"gpu {reading.index}: held {args.mib} MiB in {chunks} chunk(s); NVML used "
-              f"{used_before // MIB} -> {used_during // MIB} -> {used_after // MIB} MiB "
-              f"(held_ratio {ratio:.3f}; after release {used_after - used_before:+d} bytes)")
-    worst = max(ratios, key=lambda r: abs(r - 1.0))
-    print(f"gpu_check: gpus={count} status=ok held_ratio={worst:.3f}")
-    return 0
+            free_in, _ = cuda.mem_get_info(context)
+        finally:
+            cuda.destroy_context(context)
+        return "ok", f"context_mib={(free_before - free_in) / MIB:.0f}"
+
+    def oom() -> tuple[str, str]:
+        if no_nvml is not None or no_cuda is not None:
+            return "skip", no_nvml or no_cuda or ""
+        handler = GpuOomHost(GpuHost(nvml=nvml, cuda=cuda, dcgm=PyDcgm(),
+                                     kmsg=KernelLog("/nonexistent/never-written")))
+        pci = nvml.pci_bus_id(0)
+        used_before = nvml.memory(0)[1]
+        try:
+            handler.apply("impossible", FaultRequest("gpu.oom", {"gpu": 0},
+                                                     {"size_bytes": nvml.memory(0)[0] * 2}))
+            return "fail", "an impossible size was held"
+        except FaultRejected:
+            pass
+        request = FaultRequest("gpu.oom", {"gpu": 0}, {"fraction": 1.0})
+        try:
+            held = handler.apply("check", request)
+            probe = subprocess.run([sys.executable, "-c", _PROBE, pci, str(64 * MIB)],
+                                   capture_output=True, text=True, timeout=checks.left_s())
+            during = probe.stdout.strip()
+        finally:
+            handler.revert("check", request)
+        probe = subprocess.run([sys.executable, "-c", _PROBE, pci, str(64 * MIB)],
+                               capture_output=True, text=True, timeout=checks.left_s())
+        after, used_after = probe.stdout.strip(), nvml.memory(0)[1]
+        back = abs(used_after - used_before) <= 64 * MIB
+        good = during.startswith("alloc-failed") and after == "alloc-ok" and back
+        return ("ok" if good else "fail"), (
+            f"held_mib={held['held_bytes'] // MIB} context_mib={held['context_bytes'] // MIB} "
+            f"other_during={during!r} other_after={after!r} "
+            f"used_delta_mib={(used_after - used_before) / MIB:.0f}")
+
+    def xid_pattern() -> tuple[str, str]:
+        pci = nvml.pci_bus_id(0) if no_nvml is None else "00000000:18:00.0"
+        line = xid_line(pci, 43, "gpu-check")
+        match = XID_PATTERN.search(line)
+        good = match is not None and match.group(1) == pci_for_xid(pci) and match.group(2) == "43"
+        return ("ok" if good else "fail"), f"pci={pci} line={line!r}"
+
+    def dcgm() -> tuple[str, str]:
+        reason = PyDcgm(host="embedded").unavailable()
+        if reason is not None:
+            return "skip", reason
+        return "skip", "an embedded DCGM engine with a private kmsg file is not written yet"
+
+    def compare() -> tuple[str, str]:
+        if no_nvml is not None:
+            return "skip", no_nvml
+        after = snapshot(nvml)
+        return ("ok" if after == before else "fail"), f"before={before} after={after}"
+
+    for name, step in (("environment", environment), ("nvml-reads", nvml_reads),
+                       ("bus-id", bus_ids), ("context-cost", context_cost),
+                       ("gpu.oom", oom), ("xid-pattern", xid_pattern), ("dcgm", dcgm),
+                       ("snapshot", compare)):
+        checks.run(name, step)
+    counts = checks.counts
+    print(f"gpu_check: ok={counts['ok']} fail={counts['fail']} skip={counts['skip']}")
+    return 1 if counts["fail"] else 0
 
 
 if __name__ == "__main__":

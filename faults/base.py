@@ -82,6 +82,9 @@ class FaultKind:
     family: str = ""
     #: coverage layers the kind can act on besides ``coverage_layer``
     also_layers: tuple[str, ...] = ()
+    #: what a real host (``--target host``/``kubernetes``) sees of it, where that differs
+    #: from the lab: who notices, who does not, what is refused there
+    host_sees: str = ""
 
     @property
     def coverage_layers(self) -> tuple[str, ...]:
@@ -116,4 +119,5 @@ class FaultKind:
                 "coverage_layers": list(self.coverage_layers), "family": self.family,
                 "injected_at": dict(self.injected_at),
                 "selector": self.selector, "params": [p.to_json() for p in self.params],
-                "seen_through": self.seen_through, "tags": list(self.tags)}
+                "seen_through": self.seen_through, "tags": list(self.tags),
+                "host_sees": self.host_sees}

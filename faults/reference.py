@@ -45,6 +45,8 @@ def kind_markdown(kind: FaultKind) -> str:
         f"- coverage layer: `{kind.coverage_layer}`; injected at: {layers}",
         f"- seen through: {kind.seen_through}",
     ]
+    if kind.host_sees:
+        lines.append(f"- on a real host: {kind.host_sees}")
     if kind.tags:
         lines.append("- tags: " + ", ".join(f"`{tag}`" for tag in kind.tags))
     if kind.params:

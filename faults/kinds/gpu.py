@@ -12,7 +12,7 @@ GPU_ECC = FaultKind(
     func="ecc_error",
     coverage_layer="device",
     family="GPU ECC error",
-    injected_at={"lab": "virtual", "host": "driver"},
+    injected_at={"lab": "virtual", "host": "telemetry"},
     selector="gpu",
     params=(
         Param("kind", str, "single_bit or double_bit", default="double_bit",
@@ -27,6 +27,13 @@ GPU_ECC = FaultKind(
     seen_through="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, "
                  "DCGM_FI_DEV_XID_ERRORS; wrong answers when weights are corrupted",
     tags=("gpu", "ecc", "xid", "hbm"),
+    host_sees="the counts are injected into DCGM's cache (fields 310/311, held until "
+              "revert; needs DCGM's test bindings, refused without them); only "
+              "`telemetry` when the dcgm-exporter the probes read shows them (its default "
+              "counters leave 310/311 commented out), else `telemetry (DCGM cache only)`. "
+              "The driver, NVML, the GPU's memory and the workload see nothing; "
+              "`corrupt_weights` is refused. With `xid`, also a kernel-log line (see "
+              "gpu.xid)",
 )
 
 GPU_OOM = FaultKind(
@@ -50,17 +57,25 @@ GPU_OOM = FaultKind(
     seen_through="DCGM_FI_DEV_FB_USED up, DCGM_FI_DEV_FB_FREE down; the workload's "
                  "allocations fail (CUDA out of memory) and it exits",
     tags=("gpu", "oom", "memory", "hbm"),
+    host_sees="real device memory held by the agent's own CUDA context (`device`): "
+              "NVML, DCGM and the workload all see it. The context's own cost (hundreds "
+              "of MiB, more with more SMs) is measured and reported; the hold is capped "
+              "at the free memory minus a 256 MiB margin, and a larger size_bytes is "
+              "refused with nothing held. Refused before allocating (and the kind not "
+              "advertised where no GPU allows it) with MIG enabled, in exclusive-process "
+              "or prohibited compute mode, or where the agent's CUDA cannot see the GPU "
+              "(CUDA_VISIBLE_DEVICES)",
 )
 
 GPU_XID = FaultKind(
     name="gpu.xid",
-    summary="an Xid reported by the NVIDIA driver: a kernel-log line in the driver's "
+    summary="an Xid as the NVIDIA driver reports it: a kernel-log line in the driver's "
             "format and, where DCGM runs, its Xid field",
     module="faults.gpu",
     func="xid_error",
     coverage_layer="device",
     family="GPU driver error (Xid)",
-    injected_at={"lab": "virtual", "host": "driver"},
+    injected_at={"lab": "virtual", "host": "log"},
     selector="gpu",
     params=(
         Param("xid", int, "the Xid (e.g. 13, 31, 43, 48, 63, 74, 79, 94, 95, 119)",
@@ -68,6 +83,16 @@ GPU_XID = FaultKind(
     ),
     seen_through="DCGM_FI_DEV_XID_ERRORS; the kernel log (dmesg, node problem detector)",
     tags=("gpu", "xid", "driver"),
+    host_sees="a record written to /dev/kmsg from user space: it has facility LOG_USER, "
+              "not LOG_KERN, so journald files it under the identifier NVRM (filters on "
+              "the kernel identifier miss it) and rsyslog's imklog drops it by default; "
+              "dmesg and log-scraping detectors see it. The driver, NVML (its Xid "
+              "events, which the k8s-device-plugin watches) and the workload see nothing. "
+              "Xids 79, 119 and 120 are refused as lines: DCGM from 3.3.7 reads /dev/kmsg "
+              "itself whatever the facility, and 119/120 make it stop driver calls until "
+              "the host engine restarts, which no revert undoes. DCGM field 230 is "
+              "injected too where DCGM's test bindings are present. A line cannot be "
+              "taken back",
 )
 
 GPU_THERMAL = FaultKind(
@@ -88,12 +113,22 @@ GPU_THERMAL = FaultKind(
         Param("reason", str, "sw_thermal (clocks-event bit 0x20) or hw_thermal "
               "(0x20 | 0x40)", default="hw_thermal", choices=("sw_thermal", "hw_thermal")),
         Param("allow_device_settings", bool, "host only: really slow the GPU down by "
-              "locking its clocks (NVML; reset on revert); off: telemetry only",
-              default=False),
+              "lowering its power limit (NVML, root; the previous limit is saved first and "
+              "restored exactly); off: telemetry only", default=False),
     ),
     seen_through="DCGM_FI_DEV_GPU_TEMP, DCGM_FI_DEV_SM_CLOCK, "
                  "DCGM_FI_DEV_CLOCKS_EVENT_REASONS; higher latency",
     tags=("gpu", "thermal", "throttle", "clocks"),
+    host_sees="DCGM fields 150/112/100 injected into DCGM's cache (test bindings needed); "
+              "`telemetry (DCGM cache only)` unless the exporter the probes read shows "
+              "them (field 112 is commented out of dcgm-exporter's default counters). "
+              "With `allow_device_settings` (and the agent policy's "
+              "gpu_device_settings) the GPU's power limit is really lowered "
+              "(`device-settings`): the previous limit is saved in the agent's state "
+              "before the change and restored exactly on revert, on agent restart and "
+              "by `gameday cleanup`; refused where it cannot be read first, without root "
+              "or where a previous setting is still unrestored. Clocks are never locked: "
+              "NVML cannot read an existing lock back, so it could not be restored",
 )
 
 GPU_FALL_OFF_BUS = FaultKind(
@@ -105,12 +140,16 @@ GPU_FALL_OFF_BUS = FaultKind(
     coverage_layer="device",
     family="GPU lost from the bus",
     also_layers=("node",),
-    injected_at={"lab": "virtual", "host": "driver"},
+    injected_at={"lab": "virtual", "host": "telemetry"},
     selector="gpu",
     params=(),
-    seen_through="the GPU's dcgm-exporter series vanish; DCGM_FI_DEV_XID_ERRORS 79; the "
-                 "kernel log",
+    seen_through="in the lab, the GPU's dcgm-exporter series vanish; "
+                 "DCGM_FI_DEV_XID_ERRORS 79",
     tags=("gpu", "xid", "pcie", "fall_off_bus"),
+    host_sees="only DCGM field 230 = 79 in DCGM's cache (test bindings needed, refused "
+              "without them); the GPU stays on the bus, in the inventory and in the "
+              "exporter's series, and the workload keeps running. No kernel-log line: "
+              "DCGM reads Xid 79 from /dev/kmsg itself and would treat the GPU as lost",
 )
 
 

@@ -58,9 +58,14 @@ class Fault:
 
     def as_applied(self, now: float, details: dict[str, Any]) -> "Fault":
         """The fault once the backend applied it at ``now`` with ``details`` (plain JSON,
-        :func:`plain_details`): its lease runs from then."""
+        :func:`plain_details`): its lease runs from then. A backend that knows better,
+        once applied, how far this one fault reached says so with a string
+        ``details["injected_at"]``, which then replaces the kind's layer."""
+        layer = details.get("injected_at")
         return dataclasses.replace(self, applied_at=now, expires_at=now + self.lease_s,
-                                   details=details)
+                                   details=details,
+                                   injected_at=layer if isinstance(layer, str) and layer
+                                   else self.injected_at)
 
     def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
         """The fault once reverted at ``now`` for ``reason``."""

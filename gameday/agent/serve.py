@@ -240,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      *([pathlib.Path(args.token_file).parent] if args.token_file else []),
                      *[pathlib.Path(f).parent for f in (args.tls_cert, args.tls_key) if f]]
         policy = _policy(args, backend, protected)
+        use_state_dir = getattr(backend, "use_state_dir", None)
+        if callable(use_state_dir):  # before the registry reverts leftovers
+            use_state_dir(pathlib.Path(args.state_dir))
         server = AgentServer(backend, token=tokens, state_path=state_path, node=args.node,
                              host=host, port=port, tls=tls, audit=AuditTrail(audit_path),
                              limits=policy.limits() if policy is not None else None)

@@ -10,8 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-#: How real an injection is (docs/architecture.md), reported as ``injected_at``.
-INJECTION_LAYERS = ("device", "driver", "telemetry", "network", "storage", "process",
+#: How real an injection is (docs/architecture.md), reported as ``injected_at``:
+#: ``device`` (a real effect on the GPU: memory really held), ``device-settings`` (a
+#: real GPU setting changed: its power limit), ``driver`` (the driver itself reports
+#: it), ``log`` (a line in the kernel log: only log readers see it), ``telemetry`` (DCGM
+#: field injection, seen where the experiment's probes look), ``telemetry (DCGM cache
+#: only)`` (injected into DCGM but not seen by the exporter the probes read), then
+#: ``network``, ``storage``, ``process``, ``kubernetes``, ``virtual`` (the lab).
+INJECTION_LAYERS = ("device", "device-settings", "driver", "log", "telemetry",
+                    "telemetry (DCGM cache only)", "network", "storage", "process",
                     "kubernetes", "virtual")
 
 

@@ -9,10 +9,8 @@ libraries are loaded and report why they are unavailable. ``bench/gpu_check.py``
 the real CUDA and NVML code on a GPU machine.
 """
 
-import os
+import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,11 +20,13 @@ import pynvml
 import pytest
 
 from gameday.contract.backend import FaultRequest
+from gameday.agent.policy import Policy
+from gameday.agent.registry import FaultRegistry
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend, host_backend
-from gameday.node.host.cuda import CudaError, LibCuda, hold_memory
-from gameday.node.host.dcgm import FIELDS, HeldInjection, PyDcgm
-from gameday.node.host.gpu import GpuHost, gpu_handlers
+from gameday.node.host.cuda import OOM_MARGIN_BYTES, CudaError, LibCuda, hold_memory
+from gameday.node.host.dcgm import CACHE_ONLY, FIELDS, ExporterView, HeldInjection, PyDcgm
+from gameday.node.host.gpu import XIDS_REFUSED_AS_LINES, GpuHost, gpu_handlers
 from gameday.node.host.kmsg import KernelLog, pci_for_xid, xid_line
 from gameday.node.host.nvml import (
     LibNvml,
@@ -38,7 +38,6 @@ from gameday.node.host.nvml import (
     _nvml_error,
     read_gpu,
 )
-from tests.conftest import REPO
 
 GIB = 1 << 30
 #: How node problem detector and DCGM recognise a driver Xid line.
@@ -57,6 +56,7 @@ class StandInCuda:
     allocations: dict[int, tuple[int, int]] = field(default_factory=dict)  # ptr -> (ctx, size)
     devices_by_pci: dict[str, int] = field(default_factory=lambda: {
         "0000:18:00.0": 0, "0000:28:00.0": 1})
+    context_cost: int = 0  # what a context takes of its device's memory
     _next: int = 0x1000
 
     def unavailable(self) -> str | None:
@@ -73,11 +73,12 @@ class StandInCuda:
     def create_context(self, device: int) -> int:
         self._next += 1
         self.contexts[self._next] = device
+        self.free[device] -= self.context_cost
         return self._next
 
     def destroy_context(self, context: int) -> None:
         assert not any(c == context for c, _ in self.allocations.values()), "leaked memory"
-        del self.contexts[context]
+        self.free[self.contexts.pop(context)] += self.context_cost
 
     def mem_get_info(self, context: int) -> tuple[int, int]:
         return self.free[self.contexts[context]], self.total
@@ -107,6 +108,11 @@ class StandInNvml:
     locked: dict[int, tuple[int, int]] = field(default_factory=dict)
     power_mw: dict[int, int] = field(default_factory=lambda: {0: 700_000, 1: 700_000})
     calls: list[str] = field(default_factory=list)
+    cuda: StandInCuda | None = None  # its device memory, where given
+    mig: set[int] = field(default_factory=set)
+    compute_modes: dict[int, int] = field(default_factory=dict)
+    power_readable: bool = True
+    root: bool = True
 
     def unavailable(self) -> str | None:
         return self.reason
@@ -124,6 +130,9 @@ class StandInNvml:
         return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
 
     def memory(self, index: int) -> tuple[int, int, int]:
+        if self.cuda is not None:
+            free = self.cuda.free[index]
+            return self.cuda.total, self.cuda.total - free, free
         return 80 * GIB, GIB, 79 * GIB
 
     def temperature_c(self, index: int) -> int:
@@ -149,11 +158,22 @@ class StandInNvml:
         self.locked.pop(index, None)
 
     def power_limit_mw(self, index: int) -> tuple[int, int, int]:
+        if not self.power_readable:
+            raise NvmlNotSupported("nvmlDeviceGetPowerManagementLimit: Not Supported")
         return self.power_mw[index], 200_000, 700_000
 
     def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
         self.calls.append(f"set_power_limit_mw({index}, {milliwatts})")
+        if not self.root:
+            raise NvmlNoPermission("nvmlDeviceSetPowerManagementLimit: Insufficient "
+                                   "Permissions")
         self.power_mw[index] = milliwatts
+
+    def mig_enabled(self, index: int) -> bool:
+        return index in self.mig
+
+    def compute_mode(self, index: int) -> int:
+        return self.compute_modes.get(index, 0)
 
 
 @dataclass
@@ -194,15 +214,25 @@ class Host:
 
 
 def make_host(tmp_path: Path, *, dcgm: bool = True, kmsg: bool = True,
-              cuda: bool = True) -> Host:
+              cuda: bool = True, nvml: StandInNvml | None = None,
+              exporter: ExporterView | None = None) -> Host:
+    """A host backend over the stand-ins, saving device settings in ``tmp_path/state``;
+    ``nvml`` is the GPUs' NVML (give the same one again for the same GPUs after an agent
+    restart)."""
     log = tmp_path / "kmsg"
     if kmsg:
         log.touch()
-    stand_ins = (StandInCuda(reason=None if cuda else "no CUDA driver (stand-in)"),
-                 StandInNvml(), StandInDcgm(reason=None if dcgm else "no DCGM (stand-in)"))
+    device = StandInCuda(reason=None if cuda else "no CUDA driver (stand-in)")
+    stand_ins = (device, nvml or StandInNvml(cuda=device),
+                 StandInDcgm(reason=None if dcgm else "no DCGM (stand-in)"))
     host = GpuHost(nvml=stand_ins[1], cuda=stand_ins[0], dcgm=stand_ins[2],
-                   kmsg=KernelLog(str(log)), node="gpu-host", dcgm_refresh_s=0.02)
-    return Host(HostBackend("gpu-host", gpu_handlers(host)), *stand_ins, log)
+                   kmsg=KernelLog(str(log)), node="gpu-host", dcgm_refresh_s=0.02,
+                   exporter=exporter)
+    backend = HostBackend("gpu-host", gpu_handlers(host))
+    backend.use_state_dir(tmp_path / "state")
+    backend.use_policy(Policy(kinds=frozenset(backend.capabilities()),
+                              gpu_device_settings=True))
+    return Host(backend, *stand_ins, log)
 
 
 def request(fault_kind: str, gpu: int = 1, **params: object) -> FaultRequest:
@@ -227,7 +257,7 @@ def test_hold_memory_by_fraction_and_by_bytes_then_release_frees_it() -> None:
 
 def test_asking_for_more_than_is_free_is_refused_before_anything_is_held() -> None:
     cuda = StandInCuda()
-    with pytest.raises(FaultRejected, match=r"only 85899345920 of .* free; nothing"):
+    with pytest.raises(FaultRejected, match=r"85899345920 of .* free .* nothing was"):
         hold_memory(cuda, pci_bus_id=None, ordinal=0, size_bytes=81 * GIB)
     assert cuda.allocations == {} and cuda.contexts == {} and cuda.free[0] == 80 * GIB
 
@@ -243,7 +273,8 @@ def test_gpu_oom_through_the_host_backend(tmp_path: Path) -> None:
     host = make_host(tmp_path)
     assert host.backend.kinds()["gpu.oom"] == "device"
     applied = host.backend.apply("f1", request("gpu.oom", 1, size_bytes=None, fraction=0.25))
-    assert applied["held_bytes"] == 20 * GIB and host.cuda.free[1] == 60 * GIB
+    assert applied["held_bytes"] == (80 * GIB - OOM_MARGIN_BYTES) // 4
+    assert host.cuda.free[1] == 80 * GIB - applied["held_bytes"]
     assert host.cuda.free[0] == 80 * GIB  # GPU 1 by PCI bus id, not GPU 0
     host.backend.revert("f1", request("gpu.oom"))
     host.backend.revert("f1", request("gpu.oom"))
@@ -294,9 +325,11 @@ def test_gpu_xid_writes_the_kernel_log_and_holds_dcgm_xid_field(tmp_path: Path) 
 
 def test_gpu_xid_without_dcgm_writes_only_the_kernel_log(tmp_path: Path) -> None:
     host = make_host(tmp_path, dcgm=False)
-    applied = host.backend.apply("x1", request("gpu.xid", 0, xid=119))
+    assert host.backend.kinds()["gpu.xid"] == "log"
+    applied = host.backend.apply("x1", request("gpu.xid", 0, xid=13))
     assert applied["channels"] == ["kmsg"] and applied["dcgm_fields"] == []
-    assert "GSP" in host.lines()[0] and host.dcgm.injections == []
+    assert applied["injected_at"] == "log"
+    assert "Warp Exception" in host.lines()[0] and host.dcgm.injections == []
     with pytest.raises(FaultRejected, match=r"'xid' must be an integer 1\.\.999"):
         host.backend.apply("x2", request("gpu.xid", 0, xid=0))
 
@@ -305,16 +338,25 @@ def test_xid_kinds_are_unavailable_without_kernel_log_and_dcgm(tmp_path: Path) -
     host = make_host(tmp_path, dcgm=False, kmsg=False)
     reason = host.backend.capabilities()["gpu.xid"]
     assert reason is not None and "neither the kernel log" in reason and "kmsg" in reason
-    assert host.backend.capabilities()["gpu.fall_off_bus"] == reason
+    assert host.backend.capabilities()["gpu.fall_off_bus"] == "no DCGM (stand-in)"
 
 
-def test_fall_off_bus_reports_xid_79_and_leaves_the_gpu_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xid", sorted(XIDS_REFUSED_AS_LINES))
+def test_xids_the_real_dcgm_reacts_to_are_never_written_to_the_kernel_log(
+        tmp_path: Path, xid: int) -> None:
     host = make_host(tmp_path)
+    with pytest.raises(FaultRejected, match=f"Xid {xid} is never written to the kernel log"):
+        host.backend.apply("x1", request("gpu.xid", 0, xid=xid))
+    assert host.lines() == [] and host.dcgm.latest(10, 230) == 0  # the hold was released
+
+
+def test_fall_off_bus_is_dcgm_only_and_leaves_the_gpu_alone(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    assert host.backend.kinds()["gpu.fall_off_bus"] == "telemetry"
     applied = host.backend.apply("b1", request("gpu.fall_off_bus", 0))
-    assert applied["xid"] == 79
-    match = XID_PATTERN.search(host.lines()[0])
-    assert match is not None and match.groups() == ("0000:18:00", "79")
-    assert "fallen off the bus" in host.lines()[0]
+    assert applied["xid"] == 79 and applied["channels"] == ["dcgm"]
+    assert applied["injected_at"] == CACHE_ONLY  # no exporter is watched here
+    assert host.lines() == [] and host.dcgm.latest(10, 230) == 79
     assert host.backend.inventory()["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
     host.backend.revert("b1", request("gpu.fall_off_bus"))
     assert host.dcgm.latest(10, 230) == 0
@@ -327,6 +369,7 @@ def test_gpu_ecc_adds_to_dcgm_counters_and_reports_the_xid(tmp_path: Path) -> No
     applied = host.backend.apply("e1", request("gpu.ecc", 1, kind="double_bit", count=3,
                                                xid=48, corrupt_weights=False))
     assert applied["channels"] == ["kmsg", "dcgm"] and applied["count"] == 3
+    assert applied["injected_at"] == CACHE_ONLY
     assert host.dcgm.latest(11, dbe) == 5 and host.dcgm.latest(11, 230) == 48
     assert "(PCI:0000:28:00): 48," in host.lines()[0]
     host.backend.revert("e1", request("gpu.ecc"))
@@ -368,28 +411,71 @@ def test_thermal_without_dcgm_needs_allow_device_settings(tmp_path: Path) -> Non
     assert host.nvml.calls == []
 
 
-def test_thermal_with_allow_device_settings_locks_clocks_and_resets_them(
+def test_thermal_device_settings_save_then_lower_the_power_limit_and_restore_it_exactly(
         tmp_path: Path) -> None:
     host = make_host(tmp_path, dcgm=False)
+    host.nvml.power_mw[0] = 650_000  # an administrator's own earlier limit, not the default
     applied = host.backend.apply("t1", request("gpu.thermal", 0, clock_ratio=0.5,
                                                allow_device_settings=True))
-    assert applied["device_setting"] == "locked_clocks" and applied["channels"] == ["nvml"]
-    assert host.nvml.locked == {0: (990, 990)}
+    assert applied["device_setting"] == "power_limit" and applied["channels"] == ["nvml"]
+    assert applied["injected_at"] == "device-settings"
+    assert applied["previous_power_limit_mw"] == 650_000 and host.nvml.power_mw[0] == 325_000
+    saved = json.loads((tmp_path / "state" / "gpu-settings-gpu-host.json").read_text())
+    assert saved["settings"]["t1"]["previous"] == 650_000
     host.backend.revert("t1", request("gpu.thermal"))
     host.backend.revert("t1", request("gpu.thermal"))
-    assert host.nvml.locked == {}
-    assert host.nvml.calls == ["set_locked_clocks(0, 990, 990)", "reset_locked_clocks(0)"]
+    assert host.nvml.power_mw[0] == 650_000 and host.nvml.locked == {}
+    assert host.nvml.calls == ["set_power_limit_mw(0, 325000)", "set_power_limit_mw(0, 650000)"]
+    assert json.loads((tmp_path / "state" / "gpu-settings-gpu-host.json").read_text()) == {
+        "version": 1, "settings": {}}
 
 
-def test_thermal_falls_back_to_the_power_limit_and_restores_it(tmp_path: Path) -> None:
-    host = make_host(tmp_path)
-    host.nvml.locked_clocks_supported = False
-    applied = host.backend.apply("t1", request("gpu.thermal", 1, clock_ratio=0.1,
-                                               allow_device_settings=True))
-    assert applied["device_setting"] == "power_limit"
+def test_thermal_device_settings_are_refused_where_they_cannot_be_kept_safe(
+        tmp_path: Path) -> None:
+    host = make_host(tmp_path, dcgm=False)
+    host.nvml.power_readable = False
+    with pytest.raises(FaultRejected, match="cannot be read first"):
+        host.backend.apply("t1", request("gpu.thermal", 0, allow_device_settings=True))
+    host.nvml.power_readable, host.nvml.root = True, False
+    with pytest.raises(FaultRejected, match=r"cannot be set \(the agent must run as root\)"):
+        host.backend.apply("t2", request("gpu.thermal", 0, allow_device_settings=True))
+    assert host.nvml.power_mw[0] == 700_000
+    host.nvml.root = True
+    host.backend.apply("t3", request("gpu.thermal", 1, clock_ratio=0.1,
+                                     allow_device_settings=True))
     assert host.nvml.power_mw[1] == 200_000  # clamped to the device's minimum
-    host.backend.revert("t1", request("gpu.thermal"))
-    assert host.nvml.power_mw[1] == 700_000
+    with pytest.raises(FaultRejected, match="still has a power limit set by fault t3"):
+        host.backend.apply("t4", request("gpu.thermal", 1, allow_device_settings=True))
+    bare = GpuHost(nvml=StandInNvml(), cuda=StandInCuda(), dcgm=StandInDcgm(),
+                   kmsg=KernelLog(str(tmp_path / "kmsg")), node="n")
+    [thermal] = [h for h in gpu_handlers(bare) if h.kind == "gpu.thermal"]
+    with pytest.raises(FaultRejected, match="needs the agent's state directory"):
+        thermal.apply("t5", request("gpu.thermal", 0, allow_device_settings=True))
+
+
+def test_a_power_limit_is_restored_by_an_agent_restarted_between_apply_and_revert(
+        tmp_path: Path) -> None:
+    """A real registry and state file; the agent 'crashes' (never closes) after apply,
+    and a new one, over the same GPUs (the same stand-in NVML), restores the limit."""
+    gpus = StandInNvml()
+    gpus.power_mw[1] = 600_000
+    policy = Policy(kinds=frozenset({"gpu.thermal"}), gpu_device_settings=True)
+    first = make_host(tmp_path, dcgm=False, nvml=gpus)
+    first.backend.use_policy(policy)
+    registry = FaultRegistry(first.backend, state_path=tmp_path / "state" / "agent.json",
+                             node="gpu-host")
+    fault = registry.apply(request("gpu.thermal", 1, clock_ratio=0.5,
+                                   allow_device_settings=True), lease_s=60)
+    assert fault.injected_at == "device-settings" and gpus.power_mw[1] == 300_000
+    registry.release()  # the process dies: nothing reverted
+    assert gpus.power_mw[1] == 300_000
+    second = make_host(tmp_path, dcgm=False, nvml=gpus)
+    restarted = FaultRegistry(second.backend, state_path=tmp_path / "state" / "agent.json",
+                              node="gpu-host")
+    [recovered] = restarted.recovered
+    assert recovered.id == fault.id and recovered.revert_reason == "agent-restart"
+    assert gpus.power_mw[1] == 600_000  # exactly the earlier limit, not the default
+    restarted.close()
 
 
 # -- the real libraries on this machine ---------------------------------------------------
@@ -447,15 +533,3 @@ def test_held_injection_restores_zero_where_dcgm_had_no_value() -> None:
     held.release()
     held.release()
     assert dcgm.latest(3, 150) == 0 and len(dcgm.injections) == 2
-
-
-def test_gpu_check_says_clearly_that_there_is_no_driver_here() -> None:
-    if LibNvml().unavailable() is None:
-        pytest.skip("this machine has an NVIDIA driver")
-    result = subprocess.run([sys.executable, "bench/gpu_check.py"], cwd=REPO, text=True,
-                            capture_output=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.strip().splitlines()
-    assert "no NVIDIA GPU or driver present" in lines[0]
-    assert lines[-1] == "gpu_check: gpus=0 status=no-driver"

@@ -8,6 +8,7 @@ Until it is given a policy (:meth:`HostBackend.use_policy`), it refuses every fa
 import importlib
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from gameday.agent.policy import NO_POLICY, Policy
@@ -41,6 +42,15 @@ class HostBackend:
             if isinstance(handler, SignalFault):
                 handler.guard = policy.process_guard
                 handler.max_processes = policy.max_processes
+
+    def use_state_dir(self, directory: Path) -> None:
+        """Let the handlers that save what they change before changing it (a GPU's power
+        limit) save it in ``directory``, the agent's state directory; called before the
+        agent reverts its leftovers, so those reverts find what was saved."""
+        for handler in self._all.values():
+            hook = getattr(handler, "use_state_dir", None)
+            if callable(hook):
+                hook(directory, self.node)
 
     def capabilities(self) -> dict[str, str | None]:
         """Every known kind with None (usable) or the reason it is not usable here."""

@@ -21,10 +21,14 @@ from typing import Final, Protocol
 
 from gameday.errors import FaultRejected
 
-__all__ = ["CHUNK_BYTES", "CudaDriver", "CudaError", "LibCuda", "MemoryHold", "hold_memory"]
+__all__ = ["CHUNK_BYTES", "OOM_MARGIN_BYTES", "CudaDriver", "CudaError", "LibCuda",
+           "MemoryHold", "hold_memory"]
 
 #: Allocations are made in chunks of at most this size (fragmentation-friendly).
 CHUNK_BYTES: Final = 1 << 30
+#: What ``gpu.oom`` leaves free on top of what it is asked to leave: the driver and a
+#: workload's next small allocations need some room, and the last chunk must not fail.
+OOM_MARGIN_BYTES: Final = 256 << 20
 _LIBRARY: Final = "libcuda.so.1"
 
 
@@ -66,6 +70,10 @@ class MemoryHold:
     held_bytes: int = 0
     free_before: int = 0
     total: int = 0
+    #: what creating the context itself took (free memory before it, from NVML, minus
+    #: the context's free memory); 0 where the free memory before was not given
+    context_bytes: int = 0
+    margin_bytes: int = 0
 
     def release(self) -> None:
         """Free every chunk and destroy the context (idempotent)."""
@@ -79,11 +87,15 @@ class MemoryHold:
 
 def hold_memory(driver: CudaDriver, *, pci_bus_id: str | None, ordinal: int,
                 size_bytes: int | None = None, fraction: float | None = None,
-                chunk_bytes: int = CHUNK_BYTES) -> MemoryHold:
+                chunk_bytes: int = CHUNK_BYTES, margin_bytes: int = 0,
+                free_before_context: int | None = None) -> MemoryHold:
     """Allocate ``size_bytes``, or ``fraction`` of the free memory, on one GPU.
 
-    Refused (:class:`FaultRejected`, nothing held) when more is asked than is free, or
-    when the driver fails; a failure half-way frees what was already allocated.
+    The free memory counted is the context's own view (after its creation) minus
+    ``margin_bytes``. Refused (:class:`FaultRejected`, nothing held) when more is asked
+    than that, or when the driver fails; a failure half-way frees what was already
+    allocated. With ``free_before_context`` (NVML's free bytes just before), the
+    context's own cost is in :attr:`MemoryHold.context_bytes`.
     """
     if (size_bytes is None) == (fraction is None):
         raise FaultRejected("gpu.oom: give exactly one of size_bytes or fraction")
@@ -94,13 +106,19 @@ def hold_memory(driver: CudaDriver, *, pci_bus_id: str | None, ordinal: int,
     hold = MemoryHold(driver, context)
     try:
         free, total = driver.mem_get_info(context)
-        hold.free_before, hold.total = free, total
-        wanted = size_bytes if size_bytes is not None else math.floor(free * (fraction or 0))
+        hold.free_before, hold.total, hold.margin_bytes = free, total, margin_bytes
+        if free_before_context is not None:
+            hold.context_bytes = max(0, free_before_context - free)
+        room = max(0, free - margin_bytes)
+        wanted = size_bytes if size_bytes is not None else math.floor(room * (fraction or 0))
         if wanted < 1:
-            raise FaultRejected(f"gpu.oom: nothing to hold ({free} bytes free)")
-        if wanted > free:
-            raise FaultRejected(f"gpu.oom: cannot hold {wanted} bytes: only {free} of {total} "
-                                "bytes are free; nothing was allocated")
+            raise FaultRejected(f"gpu.oom: nothing to hold ({free} bytes free, "
+                                f"{margin_bytes} kept as margin)")
+        if wanted > room:
+            raise FaultRejected(f"gpu.oom: cannot hold {wanted} bytes: {free} of {total} "
+                                f"bytes are free after the context's own "
+                                f"{hold.context_bytes} and {margin_bytes} are kept as "
+                                "margin; nothing was allocated")
         while hold.held_bytes < wanted:
             size = min(chunk_bytes, wanted - hold.held_bytes)
             hold.pointers.append(driver.mem_alloc(context, size))

@@ -1,11 +1,23 @@
 """DCGM field injection: faults only the monitoring pipeline sees (``injected_at: telemetry``).
 
 DCGM can be told a field's value (``dcgmInjectFieldValue``, the API DCGM's own tests
-use): dcgm-exporter, DCGM health watches and policies then see it as if the GPU had
-reported it. :class:`DcgmFields` is the seam; :class:`PyDcgm` implements it with DCGM's
-Python bindings (``pydcgm``, ``dcgm_structs``, ``dcgm_agent_internal``, shipped with DCGM,
-e.g. in ``/usr/share/datacenter-gpu-manager-4/bindings/python3``; put that directory on
-``PYTHONPATH``), connected to the host engine (``nv-hostengine``, 127.0.0.1:5555).
+use): clients of that host engine (health watches, policies, a dcgm-exporter connected
+to it) then see it as if the GPU had reported it. :class:`DcgmFields` is the seam;
+:class:`PyDcgm` implements it with DCGM's Python bindings. A standard DCGM install puts
+only the public ones (``pydcgm``, ``dcgm_agent``, ``dcgm_structs``, ``dcgm_fields``) in
+its ``bindings/python3`` directory (e.g.
+``/usr/share/datacenter-gpu-manager-4/bindings/python3``; put it on ``PYTHONPATH``):
+they list GPUs and read fields. Injection exists only in DCGM's test bindings
+(``dcgm_agent_internal``, ``dcgm_structs_internal``, from DCGM's test package); without
+them :meth:`PyDcgm.unavailable` says exactly that, and every DCGM-based fault is refused.
+
+The host engine is ``$GAMEDAY_DCGM_HOSTENGINE`` (default ``127.0.0.1``, port 5555). A
+dcgm-exporter running its own embedded engine (its default) never sees what is injected
+into ``nv-hostengine``: start it with ``-r HOST:5555`` (remote-hostengine mode) so it reads
+the engine the agent injects into. :class:`ExporterView` (``$GAMEDAY_DCGM_EXPORTER_URL``,
+its ``/metrics``) checks at apply time that the value is visible there, where an
+experiment's probes look; a fault whose value is not seen says its layer is
+``telemetry (DCGM cache only)``.
 
 DCGM keeps sampling real GPUs, so a live field would soon be overwritten by the next
 real sample: :class:`HeldInjection` re-injects its values every ``refresh_s`` while
@@ -13,13 +25,17 @@ the fault lasts and, on release, injects the values from before.
 """
 
 import importlib
+import os
+import re
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Final, Protocol
 
-__all__ = ["FIELDS", "DcgmError", "DcgmFields", "HeldInjection", "PyDcgm"]
+__all__ = ["CACHE_ONLY", "EXPORTER_NAMES", "FIELDS", "DcgmError", "DcgmFields",
+           "ExporterView", "HeldInjection", "PyDcgm", "exporter_view_from_env"]
 
 #: The DCGM field ids gameday injects.
 FIELDS: Final = {
@@ -30,9 +46,19 @@ FIELDS: Final = {
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 310,
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 311,
 }
+#: The metric name dcgm-exporter gives each field (its counters CSV names fields so).
+EXPORTER_NAMES: Final = {number: name for name, number in FIELDS.items()}
+#: The injection layer of a DCGM value that the probes' exporter does not show.
+CACHE_ONLY: Final = "telemetry (DCGM cache only)"
 _BLANK_INT64: Final = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_BLANK and above: no value
-_BINDINGS: Final = ("pydcgm", "dcgm_structs", "dcgm_fields", "dcgm_agent",
-                    "dcgm_agent_internal", "dcgm_structs_internal")
+_PUBLIC: Final = ("pydcgm", "dcgm_structs", "dcgm_fields", "dcgm_agent")
+_TEST_ONLY: Final = ("dcgm_agent_internal", "dcgm_structs_internal")
+_DCGM_FE_GPU: Final = 1  # dcgm_fields.DCGM_FE_GPU
+HOSTENGINE_ENV: Final = "GAMEDAY_DCGM_HOSTENGINE"
+EXPORTER_URL_ENV: Final = "GAMEDAY_DCGM_EXPORTER_URL"
+EXPORTER_WAIT_ENV: Final = "GAMEDAY_DCGM_EXPORTER_WAIT_S"
+_SAMPLE: Final = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}\s+(\S+)")
+_LABEL: Final = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 class DcgmError(Exception):
@@ -100,18 +126,26 @@ class PyDcgm:
     used. The host engine is connected on first use.
     """
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        self.host = host
+    def __init__(self, host: str | None = None) -> None:
+        self.host = host or os.environ.get(HOSTENGINE_ENV) or "127.0.0.1"
         self._modules: dict[str, ModuleType] = {}
         self._reason: str | None = None
         self._handle: Any = None
         self._lock = threading.Lock()
         try:
-            for name in _BINDINGS:
+            for name in _PUBLIC:
                 self._modules[name] = importlib.import_module(name)
         except Exception as exc:  # the bindings load libdcgm.so at import time
             self._reason = (f"DCGM's Python bindings are not importable ({exc}); install DCGM "
                             "and put its bindings/python3 directory on PYTHONPATH")
+            return
+        try:
+            for name in _TEST_ONLY:
+                self._modules[name] = importlib.import_module(name)
+        except ImportError as exc:
+            self._reason = (f"DCGM field injection is only in DCGM's test bindings "
+                            f"({', '.join(_TEST_ONLY)}, from its test package), not in a "
+                            f"standard install's public ones ({exc})")
 
     def unavailable(self) -> str | None:
         return self._reason
@@ -144,8 +178,8 @@ class PyDcgm:
     def latest(self, gpu_id: int, field_id: int) -> int | None:
         handle = self._connected()
         try:
-            [value] = self._modules["dcgm_agent_internal"].dcgmGetLatestValuesForFields(
-                handle, gpu_id, [field_id])
+            [value] = self._modules["dcgm_agent"].dcgmEntityGetLatestValues(
+                handle, _DCGM_FE_GPU, gpu_id, [field_id])
         except Exception as exc:
             raise DcgmError(f"DCGM cannot read field {field_id}: {exc}") from None
         number = int(value.value.i64)
@@ -165,3 +199,56 @@ class PyDcgm:
             self._modules["dcgm_agent_internal"].dcgmInjectFieldValue(handle, gpu_id, field)
         except Exception as exc:
             raise DcgmError(f"DCGM refused to inject field {field_id}={value}: {exc}") from None
+
+
+class ExporterView:
+    """What a dcgm-exporter's ``/metrics`` at ``url`` shows: whether an injected value
+    reached the exporter the experiment's probes read (polled for up to ``wait_s``;
+    dcgm-exporter collects every 30 s by default, ``-c`` to change)."""
+
+    def __init__(self, url: str, *, wait_s: float = 5.0, poll_s: float = 0.5) -> None:
+        self.url = url
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+
+    def _samples(self) -> list[tuple[str, dict[str, str], float]]:
+        with urllib.request.urlopen(self.url, timeout=5) as answer:
+            text = answer.read().decode("utf-8", "replace")
+        samples = []
+        for line in text.splitlines():
+            match = _SAMPLE.match(line)
+            if match is None:
+                continue
+            try:
+                value = float(match.group(3))
+            except ValueError:
+                continue
+            samples.append((match.group(1), dict(_LABEL.findall(match.group(2))), value))
+        return samples
+
+    def missing(self, uuid: str, values: Mapping[int, int]) -> str | None:
+        """None once every value shows for the GPU ``uuid``, else what did not show."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                shown = {(name, labels.get("UUID")): value
+                         for name, labels, value in self._samples()}
+                absent = [f"{EXPORTER_NAMES.get(f, f)}={v}" for f, v in values.items()
+                          if shown.get((EXPORTER_NAMES.get(f, ""), uuid)) != float(v)]
+                reason = (None if not absent else
+                          f"{', '.join(absent)} not shown for {uuid} at {self.url} "
+                          f"within {self.wait_s:g} s")
+            except OSError as exc:
+                reason = f"{self.url} cannot be read ({exc})"
+            if reason is None or time.monotonic() >= deadline:
+                return reason
+            threading.Event().wait(self.poll_s)
+
+
+def exporter_view_from_env() -> ExporterView | None:
+    """The view of ``$GAMEDAY_DCGM_EXPORTER_URL`` (polled ``$GAMEDAY_DCGM_EXPORTER_WAIT_S``,
+    default 5 s), or None when unset."""
+    url = os.environ.get(EXPORTER_URL_ENV)
+    if not url:
+        return None
+    return ExporterView(url, wait_s=float(os.environ.get(EXPORTER_WAIT_ENV) or 5.0))

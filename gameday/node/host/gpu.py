@@ -1,19 +1,22 @@
 """The real GPU fault handlers of the host backend.
 
-=====================  ==========  ========================================================
-kind                   injected_at what really happens on the host
-=====================  ==========  ========================================================
-``gpu.oom``            device      the agent holds device memory (CUDA driver API)
-``gpu.xid``            driver      the driver's Xid line in ``/dev/kmsg``; DCGM field 230
-                                   where DCGM runs
-``gpu.ecc``            driver      Xid line (with ``xid``); DCGM fields 310/311 (counts,
-                                   DCGM required) and 230
-``gpu.fall_off_bus``   driver      Xid 79 line; DCGM field 230 = 79 (the GPU stays)
-``gpu.thermal``        telemetry   DCGM fields 150 (temperature), 112 (clocks-event
-                                   reasons), 100 (SM clock); with ``allow_device_settings``
-                                   the GPU's clocks are really locked (NVML), or, where
-                                   locking is not supported, its power limit lowered
-=====================  ==========  ========================================================
+=====================  ===============  ===================================================
+kind                   injected_at      what really happens on the host
+=====================  ===============  ===================================================
+``gpu.oom``            device           the agent holds device memory (CUDA driver API),
+                                        its context's cost counted, a margin kept free
+``gpu.xid``            log              an Xid line in ``/dev/kmsg`` (LOG_USER: log readers
+                                        only); DCGM field 230 where DCGM can inject
+``gpu.ecc``            telemetry        DCGM fields 310/311 (counts) and 230; an Xid line
+                                        with ``xid``
+``gpu.fall_off_bus``   telemetry        DCGM field 230 = 79 only (the GPU stays)
+``gpu.thermal``        telemetry        DCGM fields 150, 112, 100; with
+                       device-settings  ``allow_device_settings`` the power limit lowered
+=====================  ===============  ===================================================
+
+A DCGM value the exporter the probes read does not show makes that fault's layer
+``telemetry (DCGM cache only)`` (``details.injected_at``). Xids 79, 119 and 120 are never
+written as kernel-log lines (:data:`XIDS_REFUSED_AS_LINES`).
 
 GPUs are addressed by NVML index (the agent's inventory); CUDA devices are found by
 PCI bus id and DCGM's by UUID, so the three agree. Each library sits behind a Protocol
@@ -24,21 +27,47 @@ missing says so in ``unavailable()``. A kernel-log line cannot be taken back: re
 an Xid restores DCGM's fields; the line stays, marked ``[gameday fault ID]``.
 """
 
+import re
 import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
-from gameday.node.host.cuda import CudaDriver, LibCuda, MemoryHold, hold_memory
-from gameday.node.host.dcgm import FIELDS, DcgmError, DcgmFields, HeldInjection, PyDcgm
+from gameday.node.host.cuda import (
+    OOM_MARGIN_BYTES,
+    CudaDriver,
+    CudaError,
+    LibCuda,
+    MemoryHold,
+    hold_memory,
+)
+from gameday.node.host.dcgm import (
+    CACHE_ONLY,
+    FIELDS,
+    DcgmError,
+    DcgmFields,
+    ExporterView,
+    HeldInjection,
+    PyDcgm,
+    exporter_view_from_env,
+)
+from gameday.node.host.gpusettings import SavedSetting, SettingsFile
 from gameday.node.host.kmsg import KernelLog, xid_line
-from gameday.node.host.nvml import LibNvml, Nvml, NvmlError, NvmlNotSupported
+from gameday.node.host.nvml import (
+    COMPUTE_MODES_NOT_SHARED,
+    LibNvml,
+    Nvml,
+    NvmlError,
+    NvmlNoPermission,
+)
 
 __all__ = [
+    "XIDS_REFUSED_AS_LINES",
     "GpuEccHost",
     "GpuFallOffBusHost",
     "GpuHost",
@@ -50,6 +79,15 @@ __all__ = [
 ]
 
 XID_FALLEN_OFF_BUS: Final = 79
+#: Xids never written to the kernel log: DCGM (from 3.3.7) reads /dev/kmsg itself and
+#: parses these whatever the record's facility; what it does then no revert undoes.
+XIDS_REFUSED_AS_LINES: Final = {
+    79: "DCGM would take the GPU as fallen off the bus",
+    119: "DCGM takes a GSP timeout as needing a host-engine restart and stops its "
+         "driver calls",
+    120: "DCGM takes a GSP error as needing a host-engine restart and stops its driver "
+         "calls",
+}
 _THERMAL_REASONS: Final = {"sw_thermal": 0x20, "hw_thermal": 0x20 | 0x40}
 
 
@@ -63,6 +101,21 @@ class GpuHost:
     kmsg: KernelLog
     node: str = field(default_factory=socket.gethostname)
     dcgm_refresh_s: float = 1.0
+    #: where device settings are saved before a change (None: settings are refused)
+    settings: SettingsFile | None = None
+    #: the dcgm-exporter the probes read (None: a DCGM value is cache-only)
+    exporter: ExporterView | None = None
+
+    def telemetry_layer(self, index: int, values: Mapping[int, int]) -> tuple[str, str]:
+        """``("telemetry", where)`` when the exporter shows ``values`` for this GPU,
+        else ``("telemetry (DCGM cache only)", why not)``."""
+        if self.exporter is None:
+            return CACHE_ONLY, ("no exporter to check (set $GAMEDAY_DCGM_EXPORTER_URL to the "
+                                "dcgm-exporter the probes read)")
+        missing = self.exporter.missing(self.nvml.uuid(index), values)
+        if missing is not None:
+            return CACHE_ONLY, missing
+        return "telemetry", f"shown at {self.exporter.url}"
 
     def index(self, kind: str, request: FaultRequest) -> int:
         """The target GPU's NVML index (``{"gpu": i}``), which must exist."""
@@ -101,6 +154,9 @@ class GpuHost:
 
     def log_xid(self, kind: str, index: int, xid: int, fault_id: str) -> str | None:
         """Write the Xid line to the kernel log; the line, or None without a kernel log."""
+        if xid in XIDS_REFUSED_AS_LINES:
+            raise FaultRejected(f"{kind}: Xid {xid} is never written to the kernel log on a "
+                                f"host: {XIDS_REFUSED_AS_LINES[xid]}")
         if self.kmsg.unavailable() is not None:
             return None
         line = xid_line(self.nvml.pci_bus_id(index), xid, fault_id)
@@ -149,6 +205,8 @@ class _GpuHandler:
 
     def _report_xid(self, fault_id: str, index: int, xid: int,
                     fields: Mapping[int, int] | None = None) -> dict[str, Any]:
+        """The Xid as DCGM field 230 (with ``fields``) and a kernel-log line; the fault's
+        layer is the counts' telemetry where ``fields`` are given, else the line's."""
         values = {FIELDS["DCGM_FI_DEV_XID_ERRORS"]: xid, **(fields or {})}
         held = self.host.hold_fields(self.kind, index, values)
         try:
@@ -159,32 +217,82 @@ class _GpuHandler:
             raise
         self._keep(fault_id, held)
         channels = (["kmsg"] if line else []) + (["dcgm"] if held else [])
-        return {"gpu": index, "xid": xid, "channels": channels, "kmsg_line": line,
-                "dcgm_fields": sorted(values) if held else []}
+        details: dict[str, Any] = {"gpu": index, "xid": xid, "channels": channels,
+                                   "kmsg_line": line,
+                                   "dcgm_fields": sorted(values) if held else []}
+        if line and not fields:
+            details["injected_at"] = "log"
+        if held is not None:
+            layer, seen = self.host.telemetry_layer(index, values)
+            details["telemetry"] = seen
+            details.setdefault("injected_at", layer)
+        return details
 
 
 class GpuOomHost(_GpuHandler):
-    """``gpu.oom``: device memory held by the agent through the CUDA driver API."""
+    """``gpu.oom``: device memory held by the agent through the CUDA driver API.
+
+    Refused before anything is allocated on a GPU another process cannot share memory
+    with this way (:meth:`blocker`); the kind is not advertised where no GPU allows it.
+    """
 
     kind = "gpu.oom"
     injected_at = "device"
 
-    def __init__(self, host: GpuHost, *, lists_inventory: bool = False) -> None:
+    def __init__(self, host: GpuHost, *, lists_inventory: bool = False,
+                 margin_bytes: int = OOM_MARGIN_BYTES) -> None:
         super().__init__(host, lists_inventory=lists_inventory)
+        self.margin_bytes = margin_bytes
         self._holds: dict[str, MemoryHold] = {}
 
     def unavailable(self) -> str | None:
-        return self.host.cuda.unavailable() or self.host.nvml.unavailable()
+        reason = self.host.cuda.unavailable() or self.host.nvml.unavailable()
+        if reason is not None:
+            return reason
+        try:
+            blockers = [self.blocker(index) for index in range(self.host.nvml.device_count())]
+        except NvmlError as exc:
+            return f"NVML cannot say whether the GPUs can be shared: {exc}"
+        if blockers and all(blockers):
+            return "no GPU here can be held: " + "; ".join(b for b in blockers if b)
+        return None
+
+    def blocker(self, index: int) -> str | None:
+        """Why memory cannot be held on GPU ``index`` (MIG, compute mode, CUDA cannot
+        see it), or None."""
+        nvml = self.host.nvml
+        if nvml.mig_enabled(index):
+            return (f"GPU {index} has MIG enabled: a context on the whole GPU is not the "
+                    "workload's instance")
+        mode = nvml.compute_mode(index)
+        if mode in COMPUTE_MODES_NOT_SHARED:
+            return (f"GPU {index} is in {COMPUTE_MODES_NOT_SHARED[mode]} compute mode: the "
+                    "agent's context would lock the workload out instead of squeezing it")
+        try:
+            self.host.cuda.device(nvml.pci_bus_id(index), index)
+        except CudaError as exc:
+            return (f"the agent's CUDA cannot see GPU {index} ({exc}; "
+                    "CUDA_VISIBLE_DEVICES?)")
+        return None
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         index = self.host.index(self.kind, request)
         size, fraction = request.params.get("size_bytes"), request.params.get("fraction")
+        try:
+            reason = self.blocker(index)
+            _, _, free_before = self.host.nvml.memory(index)
+        except NvmlError as exc:
+            raise FaultRejected(f"{self.kind}: {exc}") from None
+        if reason is not None:
+            raise FaultRejected(f"{self.kind}: {reason}; nothing was allocated")
         hold = hold_memory(self.host.cuda, pci_bus_id=self.host.nvml.pci_bus_id(index),
-                           ordinal=index, size_bytes=size, fraction=fraction)
+                           ordinal=index, size_bytes=size, fraction=fraction,
+                           margin_bytes=self.margin_bytes, free_before_context=free_before)
         with self._lock:
             self._holds[fault_id] = hold
         return {"gpu": index, "held_bytes": hold.held_bytes, "free_before": hold.free_before,
-                "total": hold.total, "chunks": len(hold.pointers)}
+                "total": hold.total, "chunks": len(hold.pointers),
+                "context_bytes": hold.context_bytes, "margin_bytes": hold.margin_bytes}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         with self._lock:
@@ -194,10 +302,11 @@ class GpuOomHost(_GpuHandler):
 
 
 class GpuXidHost(_GpuHandler):
-    """``gpu.xid``: the driver's Xid line in the kernel log, and DCGM's Xid field."""
+    """``gpu.xid``: an Xid line in the kernel log (as the driver writes it, but from user
+    space), and DCGM's Xid field."""
 
     kind = "gpu.xid"
-    injected_at = "driver"
+    injected_at = "log"
 
     def unavailable(self) -> str | None:
         return self.host.xid_unavailable()
@@ -212,24 +321,33 @@ class GpuXidHost(_GpuHandler):
 
 
 class GpuFallOffBusHost(_GpuHandler):
-    """``gpu.fall_off_bus``: Xid 79 reported; the real GPU is never detached."""
+    """``gpu.fall_off_bus``: DCGM's Xid field set to 79; the real GPU is never detached
+    and no kernel-log line is written (:data:`XIDS_REFUSED_AS_LINES`)."""
 
     kind = "gpu.fall_off_bus"
-    injected_at = "driver"
+    injected_at = "telemetry"
 
     def unavailable(self) -> str | None:
-        return self.host.xid_unavailable()
+        return self.host.nvml.unavailable() or self.host.dcgm.unavailable()
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         index = self.host.index(self.kind, request)
-        return self._report_xid(fault_id, index, XID_FALLEN_OFF_BUS)
+        values = {FIELDS["DCGM_FI_DEV_XID_ERRORS"]: XID_FALLEN_OFF_BUS}
+        held = self.host.hold_fields(self.kind, index, values)
+        if held is None:
+            raise FaultRejected(f"{self.kind}: needs DCGM ({self.host.dcgm.unavailable()})")
+        self._keep(fault_id, held)
+        layer, seen = self.host.telemetry_layer(index, values)
+        return {"gpu": index, "xid": XID_FALLEN_OFF_BUS, "channels": ["dcgm"],
+                "kmsg_line": None, "dcgm_fields": sorted(values), "injected_at": layer,
+                "telemetry": seen}
 
 
 class GpuEccHost(_GpuHandler):
     """``gpu.ecc``: ECC counters in DCGM (fields 310/311) and an optional Xid."""
 
     kind = "gpu.ecc"
-    injected_at = "driver"
+    injected_at = "telemetry"
 
     def unavailable(self) -> str | None:
         return self.host.xid_unavailable()
@@ -258,30 +376,22 @@ class GpuEccHost(_GpuHandler):
             fields[FIELDS[name]] = now + count
         if xid is not None:
             return {**self._report_xid(fault_id, index, int(xid), fields), "count": count}
+        if not fields:
+            raise FaultRejected(f"{self.kind}: nothing to inject: give count > 0 or an xid")
         held = self.host.hold_fields(self.kind, index, fields)
         self._keep(fault_id, held)
+        layer, seen = self.host.telemetry_layer(index, fields)
         return {"gpu": index, "count": count, "channels": ["dcgm"],
-                "dcgm_fields": sorted(fields)}
-
-
-@dataclass
-class _Slowdown:
-    """A real device setting made by ``gpu.thermal`` and how to undo it."""
-
-    index: int
-    setting: str  # "locked_clocks" | "power_limit"
-    previous_power_mw: int | None = None
+                "dcgm_fields": sorted(fields), "injected_at": layer, "telemetry": seen}
 
 
 class GpuThermalHost(_GpuHandler):
-    """``gpu.thermal``: DCGM temperature/clock fields; opt-in real clock or power slowdown."""
+    """``gpu.thermal``: DCGM temperature/clock fields; opt-in real slowdown by a lower
+    power limit (``device-settings``), saved first (:class:`SettingsFile`) and restored
+    exactly on revert, also by an agent started after a crash."""
 
     kind = "gpu.thermal"
     injected_at = "telemetry"
-
-    def __init__(self, host: GpuHost, *, lists_inventory: bool = False) -> None:
-        super().__init__(host, lists_inventory=lists_inventory)
-        self._slowdowns: dict[str, _Slowdown] = {}
 
     def unavailable(self) -> str | None:
         return self.host.nvml.unavailable()
@@ -303,26 +413,28 @@ class GpuThermalHost(_GpuHandler):
         if reasons is None:
             raise FaultRejected(f"{self.kind}: reason must be sw_thermal or hw_thermal")
         temperature = round(float(params.get("temperature_c", 92.0)))
-        held = self.host.hold_fields(self.kind, index, {
-            FIELDS["DCGM_FI_DEV_GPU_TEMP"]: temperature,
-            FIELDS["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]: reasons,
-            FIELDS["DCGM_FI_DEV_SM_CLOCK"]: target_mhz})
+        values = {FIELDS["DCGM_FI_DEV_GPU_TEMP"]: temperature,
+                  FIELDS["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]: reasons,
+                  FIELDS["DCGM_FI_DEV_SM_CLOCK"]: target_mhz}
+        held = self.host.hold_fields(self.kind, index, values)
         details: dict[str, Any] = {"gpu": index, "sm_clock_mhz": target_mhz,
                                    "max_sm_clock_mhz": max_mhz, "temperature_c": temperature,
                                    "clocks_event_reasons": reasons,
                                    "channels": ["dcgm"] if held else []}
         if device:
             try:
-                slowdown = self._slow_down(index, target_mhz, ratio)
+                details.update(self._lower_power_limit(fault_id, index, ratio))
             except FaultRejected:
                 if held is not None:
                     held.release()
                 raise
-            with self._lock:
-                self._slowdowns[fault_id] = slowdown
-            details["device_setting"] = slowdown.setting
             details["channels"].append("nvml")
+            details["injected_at"] = "device-settings"
         self._keep(fault_id, held)
+        if held is not None:
+            layer, seen = self.host.telemetry_layer(index, values)
+            details["telemetry"] = seen
+            details.setdefault("injected_at", layer)
         return details
 
     def _clocks(self, index: int) -> tuple[int, int]:
@@ -331,33 +443,68 @@ class GpuThermalHost(_GpuHandler):
         except NvmlError as exc:
             raise FaultRejected(f"{self.kind}: {exc}") from None
 
-    def _slow_down(self, index: int, target_mhz: int, ratio: float) -> _Slowdown:
-        nvml = self.host.nvml
+    def _lower_power_limit(self, fault_id: str, index: int, ratio: float) -> dict[str, Any]:
+        """Save the GPU's power limit, then lower it by ``ratio`` (down to its minimum)."""
+        settings, nvml = self.host.settings, self.host.nvml
+        if settings is None:
+            raise FaultRejected(f"{self.kind}: allow_device_settings needs the agent's state "
+                                "directory to save the previous power limit in; this "
+                                "backend has none")
         try:
-            nvml.set_locked_clocks(index, target_mhz, target_mhz)
-            return _Slowdown(index, "locked_clocks")
-        except NvmlNotSupported:
-            pass
-        except NvmlError as exc:
-            raise FaultRejected(f"{self.kind}: {exc}") from None
-        try:
+            uuid = nvml.uuid(index)
             current, low, _ = nvml.power_limit_mw(index)
-            nvml.set_power_limit_mw(index, max(low, round(current * ratio)))
         except NvmlError as exc:
-            raise FaultRejected(f"{self.kind}: neither locked clocks nor a power limit can "
-                                f"be set: {exc}") from None
-        return _Slowdown(index, "power_limit", previous_power_mw=current)
+            raise FaultRejected(f"{self.kind}: the power limit cannot be read first, so it "
+                                f"could not be restored: {exc}") from None
+        pending = [i for i, saved in settings.saved().items() if saved.uuid == uuid]
+        if pending:
+            raise FaultRejected(f"{self.kind}: GPU {index} still has a power limit set by "
+                                f"fault {pending[0]} and not yet restored; revert it first")
+        target = max(low, round(current * ratio))
+        settings.save(fault_id, SavedSetting(uuid=uuid, setting="power_limit_mw",
+                                             previous=current, applied=target))
+        try:
+            nvml.set_power_limit_mw(index, target)
+        except NvmlError as exc:
+            settings.forget(fault_id)
+            need = " (the agent must run as root)" if isinstance(exc, NvmlNoPermission) else ""
+            raise FaultRejected(f"{self.kind}: the power limit cannot be set{need}: "
+                                f"{exc}") from None
+        return {"device_setting": "power_limit", "power_limit_mw": target,
+                "previous_power_limit_mw": current}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
-        with self._lock:
-            slowdown = self._slowdowns.pop(fault_id, None)
         try:
-            if slowdown is not None and slowdown.setting == "locked_clocks":
-                self.host.nvml.reset_locked_clocks(slowdown.index)
-            elif slowdown is not None and slowdown.previous_power_mw is not None:
-                self.host.nvml.set_power_limit_mw(slowdown.index, slowdown.previous_power_mw)
+            self._restore(fault_id)
         finally:
             super().revert(fault_id, request)
+
+    def _restore(self, fault_id: str) -> None:
+        """Put back the power limit saved for ``fault_id`` and check it reads back so;
+        raises (the agent retries) while it does not."""
+        settings, nvml = self.host.settings, self.host.nvml
+        saved = settings.saved().get(fault_id) if settings is not None else None
+        if settings is None or saved is None:
+            return
+        index = next((i for i in range(nvml.device_count()) if nvml.uuid(i) == saved.uuid),
+                     None)
+        if index is None:
+            raise NvmlError(f"{self.kind}: GPU {saved.uuid} is not on this host any more; "
+                            f"its power limit {saved.previous} mW is saved in "
+                            f"{settings.path}")
+        nvml.set_power_limit_mw(index, saved.previous)
+        now, _, _ = nvml.power_limit_mw(index)
+        if now != saved.previous:
+            raise NvmlError(f"{self.kind}: GPU {index}'s power limit reads {now} mW after "
+                            f"restoring {saved.previous} mW")
+        settings.forget(fault_id)
+
+    def use_state_dir(self, directory: Path, node: str) -> None:
+        """Save device settings in ``directory`` (the agent's state directory), in a file
+        named after the agent's ``node``."""
+        if self.host.settings is None:
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", node)
+            self.host.settings = SettingsFile(directory / f"gpu-settings-{safe}.json")
 
 
 def gpu_handlers(host: GpuHost) -> list[HostFault]:
@@ -369,4 +516,4 @@ def gpu_handlers(host: GpuHost) -> list[HostFault]:
 def handlers() -> list[HostFault]:
     """The GPU handlers on this host's real NVML, CUDA driver, DCGM and ``/dev/kmsg``."""
     return gpu_handlers(GpuHost(nvml=LibNvml(), cuda=LibCuda(), dcgm=PyDcgm(),
-                                kmsg=KernelLog()))
+                                kmsg=KernelLog(), exporter=exporter_view_from_env()))

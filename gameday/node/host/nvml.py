@@ -3,10 +3,11 @@
 :class:`Nvml` is the seam; :class:`LibNvml` implements it with ``pynvml`` (the
 ``nvidia-ml-py`` package) over the driver's ``libnvidia-ml.so.1``. Reads: count, name,
 UUID, PCI bus id, memory, temperature, SM clock (current and max), ECC volatile totals,
-clocks-event reasons. Settings (root; only ``gpu.thermal`` with
-``allow_device_settings: true`` uses them): locked GPU clocks
-(``nvmlDeviceSetGpuLockedClocks`` / ``nvmlDeviceResetGpuLockedClocks``) and the power
-limit (``nvmlDeviceSetPowerManagementLimit``, restored to its earlier value).
+clocks-event reasons, power limit, MIG and compute modes. Settings (root; only
+``gpu.thermal`` with ``allow_device_settings: true`` uses one): the power limit
+(``nvmlDeviceSetPowerManagementLimit``, restored to its earlier value). The locked-clock
+calls stay in the seam for completeness, but no fault uses them: NVML cannot read an
+existing clock lock back, so a lock could not be restored exactly.
 
 ``pynvml`` is imported when present: without it (a bare system Python running
 ``bench/gpu_check.py``) :meth:`LibNvml.unavailable` says so.
@@ -17,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-__all__ = ["HAVE_PYNVML", "GpuReading", "LibNvml", "Nvml", "NvmlDeprecated", "NvmlError",
-           "NvmlFunctionMissing", "NvmlNoPermission", "NvmlNotSupported", "read_gpu"]
+__all__ = ["COMPUTE_MODES_NOT_SHARED", "HAVE_PYNVML", "GpuReading", "LibNvml", "Nvml",
+           "NvmlDeprecated", "NvmlError", "NvmlFunctionMissing", "NvmlNoPermission",
+           "NvmlNotSupported", "read_gpu"]
 
 _pynvml: Any
 try:
@@ -102,6 +104,18 @@ class Nvml(Protocol):
         ...
 
     def set_power_limit_mw(self, index: int, milliwatts: int) -> None: ...
+
+    def mig_enabled(self, index: int) -> bool:
+        """Whether MIG mode is on now (False where the GPU has no MIG)."""
+        ...
+
+    def compute_mode(self, index: int) -> int:
+        """NVML's compute mode: 0 default, 2 prohibited, 3 exclusive-process."""
+        ...
+
+
+#: NVML's compute modes in which a second process cannot share the GPU.
+COMPUTE_MODES_NOT_SHARED: Final = {2: "prohibited", 3: "exclusive-process"}
 
 
 @dataclass(frozen=True)
@@ -262,3 +276,13 @@ class LibNvml:
 
     def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
         self._device("nvmlDeviceSetPowerManagementLimit", index, milliwatts)
+
+    def mig_enabled(self, index: int) -> bool:
+        try:
+            current, _pending = self._device("nvmlDeviceGetMigMode", index)
+        except NvmlNotSupported:
+            return False
+        return int(current) == 1
+
+    def compute_mode(self, index: int) -> int:
+        return int(self._device("nvmlDeviceGetComputeMode", index))

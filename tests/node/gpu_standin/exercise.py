@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.contract.backend import FaultRequest
+from gameday.agent.policy import Policy
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend
 from gameday.node.host.cuda import CudaError, LibCuda, hold_memory
@@ -27,6 +28,10 @@ def exercise_dcgm(backend: HostBackend) -> dict[str, Any]:
 
     engine: dict[str, Any] = dcgm_agent.ENGINE
     seen: dict[str, Any] = {"xid_during": engine["values"].get((9, 230))}
+    request = FaultRequest("gpu.fall_off_bus", {"gpu": 0}, {})
+    seen["fall_off_bus"] = backend.apply("b1", request)["injected_at"]
+    seen["fall_off_bus_during"] = engine["values"].get((7, 230))
+    backend.revert("b1", request)
     backend.revert("x1", FaultRequest("gpu.xid", {"gpu": 1}, {}))
     seen["xid_after"] = engine["values"].get((9, 230))
     request = FaultRequest("gpu.ecc", {"gpu": 1}, {"kind": "single_bit", "count": 2})
@@ -78,6 +83,9 @@ def main() -> None:
         host = GpuHost(nvml=nvml, cuda=cuda, dcgm=PyDcgm(), kmsg=KernelLog(str(log)),
                        node="standin")
         backend = HostBackend("standin", gpu_handlers(host))
+        backend.use_state_dir(Path(tmp) / "state")
+        backend.use_policy(Policy(kinds=frozenset(backend.capabilities()),
+                                  gpu_device_settings=True))
         seen["kinds"] = dict(backend.kinds())
         seen["inventory"] = backend.inventory()["gpus"]
         oom = backend.apply("o1", FaultRequest("gpu.oom", {"gpu": 0}, {"fraction": 0.5}))
@@ -92,7 +100,7 @@ def main() -> None:
             backend.revert(f"t{gpu}", request)
             after = [nvml.sm_clock_mhz(gpu)[0], nvml.power_limit_mw(gpu)[0]]
             seen[f"thermal{gpu}"] = [applied["device_setting"], during, after]
-        backend.apply("x1", FaultRequest("gpu.xid", {"gpu": 1}, {"xid": 79}))
+        backend.apply("x1", FaultRequest("gpu.xid", {"gpu": 1}, {"xid": 43}))
         seen["kmsg"] = log.read_text()
         seen["dcgm_unavailable"] = host.dcgm.unavailable()
         if host.dcgm.unavailable() is None:

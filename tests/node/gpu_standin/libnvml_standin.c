@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -140,5 +141,20 @@ int nvmlDeviceGetPowerManagementLimitConstraints(void *h, unsigned int *low, uns
 int nvmlDeviceSetPowerManagementLimit(void *h, unsigned int milliwatts) {
     if (milliwatts < 200000 || milliwatts > 700000) return 2;
     power[index_of(h)] = milliwatts;
+    return 0;
+}
+
+/* MIG off on both GPUs; compute mode from $STANDIN_COMPUTE_MODE (default 0, shared). */
+int nvmlDeviceGetMigMode(void *h, unsigned int *current, unsigned int *pending) {
+    (void)h;
+    *current = 0;
+    *pending = 0;
+    return 0;
+}
+
+int nvmlDeviceGetComputeMode(void *h, int *mode) {
+    const char *forced = getenv("STANDIN_COMPUTE_MODE");
+    (void)h;
+    *mode = forced ? atoi(forced) : 0;
     return 0;
 }

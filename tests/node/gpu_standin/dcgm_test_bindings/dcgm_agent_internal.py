@@ -1,20 +1,10 @@
-"""STAND-IN for DCGM's ``dcgm_agent_internal``: latest values and field injection."""
+"""STAND-IN for DCGM's test-only ``dcgm_agent_internal`` (DCGM's test package): field
+injection."""
 
 import ctypes
 
 import dcgm_agent
-import dcgm_structs
 import dcgm_structs_internal
-
-BLANK = 0x7FFFFFFFFFFFFFF0
-
-
-def dcgmGetLatestValuesForFields(handle: object, gpu_id: int, field_ids: list[int]):
-    values = (dcgm_structs.c_dcgmFieldValue_v1 * len(field_ids))()
-    for slot, field_id in zip(values, field_ids, strict=True):
-        slot.fieldId = field_id
-        slot.value.i64 = dcgm_agent.ENGINE["values"].get((gpu_id, field_id), BLANK)
-    return values
 
 
 def dcgmInjectFieldValue(handle: object, gpu_id: int, value: object) -> int:

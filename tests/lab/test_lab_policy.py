@@ -1,5 +1,5 @@
 """The lab ships its agents' policy: it passes ``gameday agent policy --check``, allows
-exactly the kinds a lab node's backend offers, and refuses the rest and longer leases
+exactly the kinds a lab node's backend offers (the head node: the router's too), and refuses the rest and longer leases
 through the registry's limits, as a lab agent does."""
 
 from pathlib import Path
@@ -22,10 +22,12 @@ def test_the_lab_policy_allows_what_the_lab_offers_and_caps_it(tmp_path: Path) -
     gpus = VirtualGpuBackend("n", tmp_path / "n", gpus=1)
     backend = NodeBackend(gpus, node_handlers(NodeContext(
         node="n", paths=LabPaths(tmp_path), link=LabLink("n", 0))))
-    assert policy.kinds == frozenset(backend.kinds())
+    head_node = {"service.latency", "service.timeout"}  # the router's node offers these too
+    assert policy.kinds == frozenset(backend.kinds()) | head_node
     limits = policy.limits()
     limits.check("gpu.ecc", 30)
-    with pytest.raises(PolicyRefused, match=r"service\.latency is not allowed"):
-        limits.check("service.latency", 30)  # router-side, not a node agent's
+    limits.check("service.latency", 30)
+    with pytest.raises(PolicyRefused, match=r"k8s\.pod_kill is not allowed"):
+        limits.check("k8s.pod_kill", 30)  # the orchestrator's, never a node agent's
     with pytest.raises(PolicyRefused, match="lease_s"):
         limits.check("gpu.ecc", policy.lease_max_s + 1)

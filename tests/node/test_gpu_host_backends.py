@@ -19,9 +19,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gameday.contract.backend import FaultRequest
 from gameday.agent.policy import Policy
 from gameday.agent.registry import FaultRegistry
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend, host_backend
 from gameday.node.host.cuda import OOM_MARGIN_BYTES, CudaError, LibCuda, hold_memory

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gameday.contract.backend import FaultRequest
 from gameday.agent.policy import Policy
+from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend
 from gameday.node.host.cuda import CudaError, LibCuda, hold_memory

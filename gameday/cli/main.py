@@ -161,6 +161,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if wants_json(args):
         emit(report.to_json(), sys.stdout)
     else:
+        for error in report.errors():
+            print(f"gameday: {error}", file=sys.stderr)
         for line in report.lines():
             print(line)
     return report.exit_code

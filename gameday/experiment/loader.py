@@ -161,7 +161,7 @@ def check_experiment(path: Path, *, target: str | None = None,
         attempt(_check_coverage, document, loaded.extension)
         found.extend(_selector_errors(document))
         if variables is not None:
-            kind = target or loaded.extension.target
+            kind = target or loaded.extension.target or _raw_target(document)
             found.extend(_undefined_variables(document, variables, kind))
         if not found:
             attempt(_toolkit_validation, document)
@@ -313,6 +313,15 @@ def _selector_errors(document: Mapping[str, Any]) -> list[InvalidInput]:
                 found.append(unknown_key(str(key), known, f"{where}.provider.arguments."
                                                           f"{kind.selector}.{key}"))
     return found
+
+
+def _raw_target(document: Mapping[str, Any]) -> str | None:
+    """The gameday extension's ``target`` as written (when the extension did not parse)."""
+    for raw in document.get("extensions") or []:
+        if isinstance(raw, Mapping) and raw.get("name") == "gameday":
+            target = raw.get("target")
+            return target if isinstance(target, str) else None
+    return None
 
 
 def _strings(value: Any, path: str) -> list[tuple[str, str]]:

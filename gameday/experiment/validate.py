@@ -46,11 +46,13 @@ class ValidationReport:
     def exit_code(self) -> int:
         return 2 if any(f.errors for f in self.files) else 0
 
+    def errors(self) -> list[str]:
+        """Every error of every file, in order (the terminal's standard error)."""
+        return [error for report in self.files for error in report.errors]
+
     def lines(self) -> list[str]:
-        """The terminal form: each error, then one verdict line per file."""
+        """One verdict line per file (the terminal's standard output)."""
         out: list[str] = []
-        for report in self.files:
-            out.extend(report.errors)
         for report in self.files:
             count = len(report.errors)
             named = f", named by {report.named_by}" if report.named_by else ""

@@ -9,6 +9,19 @@ from faults.kinds import gpu, k8s, net, node, process, service, storage
 
 AREAS = (gpu, net, service, k8s, storage, process, node)
 
+#: The keys each kind of selector takes (an action's ``gpu``, ``process``, ... argument).
+#: GPU selectors: the lab's and a host's (holding_shard, uuid, node, index) and a Kubernetes
+#: fleet's (:mod:`gameday.targets.kubernetes.selectors`).
+SELECTOR_KEYS: dict[str, tuple[str, ...]] = {
+    "gpu": ("holding_shard", "uuid", "node", "index", "node_labels", "nvlink_domain",
+            "percent", "seed"),
+    "process": ("shard", "role", "pid", "name", "cmdline", "node"),
+    "storage": ("mount", "path", "pid", "cgroup", "node"),
+    "link": ("node", "link", "netns"),
+    "service": ("node", "name", "port", "address"),
+    "node": ("name", "labels", "gpu"),  # a Kubernetes node selector (k8s.* kinds)
+}
+
 CATALOGUE: dict[str, FaultKind] = {kind.name: kind for area in AREAS for kind in area.KINDS}
 
 

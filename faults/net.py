@@ -15,13 +15,14 @@ from typing import Any
 from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, inventory_of, selector_mapping
 from faults.base import FaultKind
+from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]
 
-_LINK_KEYS = ("node", "link", "netns")
+_LINK_KEYS = SELECTOR_KEYS["link"]
 
 
 def link_flap(link: dict[str, Any] | None = None, down_s: float = 2.0, up_s: float = 2.0,

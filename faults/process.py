@@ -16,6 +16,7 @@ from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
+from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 from gameday import activity
 from gameday.engine import session as sessions
@@ -24,7 +25,7 @@ from gameday.targets.base import Target, read_lab_document
 
 __all__ = ["kill", "pause", "resume", "revert"]
 
-_KEYS = ("shard", "role", "pid", "name", "cmdline", "node")
+_KEYS = SELECTOR_KEYS["process"]
 
 
 def kill(process: dict[str, Any], max_processes: int = 1,

@@ -13,12 +13,13 @@ from typing import Any
 from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, selector_mapping
 from faults.base import FaultKind
+from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
 from gameday.engine.agent_client import AgentClient
 
 __all__ = ["latency", "revert", "timeout"]
 
-_SERVICE_KEYS = ("node", "name", "port", "address")
+_SERVICE_KEYS = SELECTOR_KEYS["service"]
 
 
 def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,

@@ -16,6 +16,7 @@ from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inventory_of, selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
+from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
 from gameday import activity
 from gameday.engine import session as sessions
@@ -23,7 +24,7 @@ from gameday.errors import InvalidInput
 
 __all__ = ["errors", "revert", "revert_storage", "slow", "stall"]
 
-_KEYS = ("mount", "path", "pid", "cgroup", "node")
+_KEYS = SELECTOR_KEYS["storage"]
 
 
 def stall(storage: dict[str, Any], ops: list[str] | None = None, within: str = "/",

@@ -33,7 +33,7 @@ from chaoslib.exceptions import ActivityFailed
 
 from gameday.engine import session as sessions
 from gameday.engine.session import Session
-from gameday.engine.session_fanout import inject_gpus
+from gameday.engine.session_fanout import InjectRequest
 from gameday.engine.verdicts import VerifierResult
 from gameday.errors import BlastRadiusExceeded, GamedayError, InvalidInput
 from gameday.evidence.ledger import FaultEntry
@@ -170,8 +170,9 @@ def inject_on_gpus(kind: str, gpu: Mapping[str, Any], *, params: Mapping[str, An
     run = session()
     gpus = run.require_target().resolve_gpus(gpu)
     run.check_blast_radius(gpus)
-    return inject_gpus(run, gpus, kind=kind, params=dict(params or {}), action=action,
-                       lease_s=lease_s)
+    checked = dict(params or {})
+    return run.inject_many([InjectRequest(g.node, kind, {"gpu": g.index}, checked) for g in gpus],
+                           action=action, lease_s=lease_s)
 
 
 def applied(entries: Sequence[FaultEntry]) -> dict[str, Any]:

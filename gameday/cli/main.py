@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gameday import __version__, paths
+from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
 from gameday.engine.runner import RunOptions, parse_vars, run
@@ -28,22 +29,32 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gameday {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run one experiment")
-    run.add_argument("experiment", type=Path)
-    run.add_argument("--target", choices=TARGET_KINDS)
-    run.add_argument("--journal-path", type=Path)
-    run.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
-                     help="set a configuration value (repeatable)")
+    run = commands.add_parser("run", help="run one experiment",
+                              epilog="example: gameday run experiments/gpu-ecc-dbe-reshard.yaml "
+                                     "--dry-run")
+    plan = commands.add_parser(
+        "plan", help="what a run would do, read-only (the same as run --dry-run)",
+        epilog="example: gameday plan experiments/gpu-ecc-dbe-reshard.yaml --output json")
+    for sub in (run, plan):
+        sub.add_argument("experiment", type=Path, help="the experiment file (YAML or JSON)")
+        sub.add_argument("--target", choices=TARGET_KINDS,
+                         help="where faults land (default: the experiment's target)")
+        sub.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
+                         help="set a configuration value (repeatable)")
+        sub.add_argument("--lab-dir", type=Path, help="lab directory (default "
+                                                      "$GAMEDAY_LAB_DIR or .gameday/lab)")
+        sub.add_argument("--target-config", type=Path, metavar="FILE",
+                         help="allowlist and agents of the target (default "
+                              "$GAMEDAY_TARGET_CONFIG)")
+        add_output_argument(sub)
+        agent_tls.add_arguments(sub)
+    run.add_argument("--journal-path", type=Path, help="where the journal goes")
     run.add_argument("--dry-run", action="store_true",
-                     help="resolve targets, check the blast radius, print the plan, inject nothing")
-    run.add_argument("--lab-dir", type=Path, help="lab directory (default $GAMEDAY_LAB_DIR or "
-                                                  ".gameday/lab)")
-    run.add_argument("--target-config", type=Path, metavar="FILE",
-                     help="allowlist and agents of the target (default $GAMEDAY_TARGET_CONFIG)")
+                     help="show the plan (targets resolved read-only, blast radius, locks, "
+                          "SLOs); start nothing, inject nothing, take no lock")
     run.add_argument("--sign-key", type=Path, metavar="KEY",
                      help="sign the journal with this Ed25519 key (gameday audit keygen)")
     add_result_arguments(run)
-    agent_tls.add_arguments(run)
 
     cleanup = commands.add_parser("cleanup", help="revert every fault the ledger (and agents) "
                                                   "still hold; safe to run twice")
@@ -67,8 +78,18 @@ def _parser() -> argparse.ArgumentParser:
     keygen = audit_commands.add_parser("keygen", help="write an Ed25519 key pair")
     keygen.add_argument("key", type=Path, help="private key file (public key: KEY.pub)")
 
-    validate = commands.add_parser("validate", help="validate experiments; inject nothing")
-    validate.add_argument("experiments", type=Path, nargs="+")
+    validate = commands.add_parser(
+        "validate", help="validate experiments, playbooks, target configurations and "
+                         "requirement files; inject nothing",
+        epilog="example: gameday validate experiments/*.yaml playbooks/release-gate.yaml")
+    validate.add_argument("experiments", type=Path, nargs="+", metavar="FILE",
+                          help="files to validate (every error of every file is reported)")
+    validate.add_argument("--target", choices=TARGET_KINDS,
+                          help="the target whose variables (${service_url}, ...) count as "
+                               "defined (default: each experiment's)")
+    validate.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
+                          help="a configuration value the run will be given (repeatable)")
+    add_output_argument(validate)
 
     faults = commands.add_parser("faults", help="the fault catalogue")
     faults.add_argument("--json", action="store_true")
@@ -100,13 +121,51 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_validate(experiments: list[Path]) -> int:
-    from gameday.experiment.loader import load_experiment
+def _cmd_run(args: argparse.Namespace) -> int:
+    """``run`` and ``plan`` (a plan is a dry run)."""
+    dry_run = args.command == "plan" or args.dry_run
+    as_json = wants_json(args)
+    options = RunOptions(path=args.experiment, target=args.target,
+                         journal_path=getattr(args, "journal_path", None),
+                         variables=parse_vars(args.var), dry_run=dry_run,
+                         target_config=args.target_config,
+                         sign_key=getattr(args, "sign_key", None), render_plan=not as_json)
+    if args.lab_dir:
+        options.lab_dir = args.lab_dir.absolute()
+    if as_json and not dry_run:
+        options.out = sys.stderr  # progress for people; the document alone on stdout
+    results = publisher(args) if not dry_run else None
+    outcome = run(options)
+    if outcome.plan is not None:
+        if as_json:
+            emit({"plan": outcome.plan.to_json(), "exit_code": outcome.exit_code}, sys.stdout)
+        return outcome.exit_code
+    if as_json:
+        emit({"exit_code": outcome.exit_code,
+              "journal": str(outcome.journal_path) if outcome.journal_path else None,
+              "verdict": outcome.verdict.to_json() if outcome.verdict else None}, sys.stdout)
+    else:
+        from gameday.report.terminal import print_run
 
-    for path in experiments:
-        load_experiment(path)
-        print(f"{path}: valid")
-    return 0
+        print_run(outcome.journal, outcome.journal_path, options.out)
+    if results is not None and outcome.journal_path is not None:
+        results.publish_journal(outcome.journal_path)
+    return outcome.exit_code
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from gameday.experiment.validate import validate_files
+
+    report = validate_files(args.experiments, target=args.target,
+                            variables=parse_vars(args.var))
+    if wants_json(args):
+        emit(report.to_json(), sys.stdout)
+    else:
+        for error in report.errors():
+            print(f"gameday: {error}", file=sys.stderr)
+        for line in report.lines():
+            print(line)
+    return report.exit_code
 
 
 def _cmd_faults(as_json: bool, as_markdown: bool = False) -> int:
@@ -207,23 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _command(args: argparse.Namespace) -> int:
     """Run the parsed command; its exit code."""
     try:
-        if args.command == "run":
-            options = RunOptions(path=args.experiment, target=args.target,
-                                 journal_path=args.journal_path,
-                                 variables=parse_vars(args.var), dry_run=args.dry_run,
-                                 target_config=args.target_config, sign_key=args.sign_key)
-            if args.lab_dir:
-                options.lab_dir = args.lab_dir.absolute()
-            from gameday.report.terminal import print_run
-
-            results = publisher(args)
-            outcome = run(options)
-            print_run(outcome.journal, outcome.journal_path, options.out)
-            if results is not None and not args.dry_run and outcome.journal_path is not None:
-                results.publish_journal(outcome.journal_path)
-            return outcome.exit_code
+        if args.command in ("run", "plan"):
+            return _cmd_run(args)
         if args.command == "validate":
-            return _cmd_validate(args.experiments)
+            return _cmd_validate(args)
         if args.command == "faults":
             return _cmd_faults(args.json, args.markdown)
         if args.command == "lab":
@@ -237,7 +283,10 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "audit":
             return _cmd_audit(args)
     except GamedayError as exc:
-        print(f"gameday: {exc}", file=sys.stderr)
+        if wants_json(args):
+            emit({"error": str(exc), "exit_code": exc.exit_code}, sys.stdout)
+        else:
+            print(f"gameday: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

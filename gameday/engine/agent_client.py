@@ -209,6 +209,25 @@ class AgentClient:
 
         return self._start("POST", "/v1/faults:batch", body, decode, minimal=minimal)
 
+    def check_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """What ``POST /v1/faults:batch`` would answer for each item (``{"kind", "target",
+        "params"?, "lease_s"}``), and what each would hit, with nothing applied: one
+        ``{"index", "admissible", "status", "error", "matches"}`` per item, in order
+        (``POST /v1/faults:check``). An agent older than that endpoint answers 404
+        (:class:`gameday.errors.AgentError` with ``status`` 404).
+
+        At most 1,024 items (``MAX_BATCH_ITEMS``) per call."""
+        _check_size(len(items))
+        body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
+                            "params": dict(f.get("params") or {}), "lease_s": f["lease_s"]}
+                           for f in items]}
+        results = self._call("POST", "/v1/faults:check", body).get("results")
+        if not isinstance(results, list) or len(results) != len(items):
+            raise AgentError(f"agent {self.url}: POST /v1/faults:check answered "
+                             f"{len(results) if isinstance(results, list) else 'no'} "
+                             f"results for {len(items)}")
+        return [dict(result) for result in results]
+
     def revert_many(self, fault_ids: Sequence[str], *, minimal: bool = False) -> BatchResult:
         """Revert many faults in one request (idempotent, as :meth:`revert`); at most
         1,024 ids per call. ``minimal``: each fault done has at least its ``id``,

@@ -1,5 +1,8 @@
 """``gameday run``: one experiment on the Chaos Toolkit, with gameday's guarantees.
 
+A dry run (``--dry-run``, ``gameday plan``) is :func:`preview`: read-only, see
+:mod:`gameday.engine.plan`.
+
 Flow (docs/architecture.md): load + validate → open the target (starting a lab if the target is
 ``lab`` and none runs) → resolve every fault's targets and check the blast radius →
 run on chaoslib with rollbacks always played, signals mapped to interruptions and
@@ -27,9 +30,10 @@ from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import signals
+from gameday.engine.plan import Plan, plan, render, run_configuration
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.verdict import Verdict, judge
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
@@ -57,6 +61,7 @@ class RunOptions:
     out: TextIO = sys.stdout
     target_config: Path | None = None  # else $GAMEDAY_TARGET_CONFIG
     sign_key: Path | None = None
+    render_plan: bool = True  # a dry run prints its plan (not for --output json)
 
 
 @dataclass
@@ -68,7 +73,7 @@ class PlannedFault:
     lease_s: float
 
     def line(self) -> str:
-        where = ", ".join(g.label() for g in self.gpus) or "-"
+        where = ", ".join(g.label() for g in self.gpus) or "what its selector picks"
         return (f"  {self.activity}: {self.kind} on {where} (injected_at={self.injected_at}, "
                 f"lease {self.lease_s:g} s)")
 
@@ -81,6 +86,7 @@ class RunOutcome:
     journal_path: Path | None = None
     verdict: Verdict | None = None
     journal: dict[str, Any] | None = None
+    plan: Plan | None = None  # a dry run's
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
@@ -91,15 +97,6 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
             raise InvalidInput(f"--var must be KEY=VALUE, got {pair!r}", path="--var")
         values[key] = value
     return values
-
-
-def _configuration(experiment: dict[str, Any], target: Target | None,
-                   variables: dict[str, str]) -> dict[str, Any]:
-    configuration = dict(experiment.get("configuration") or {})
-    for key, value in (target.configuration() if target else {}).items():
-        configuration.setdefault(key, value)
-    configuration.update(variables)
-    return configuration
 
 
 def plan_faults(loaded: LoadedExperiment, target: Target | None,
@@ -122,9 +119,11 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
         if kind.selector == "gpu":
             try:
                 gpus = target.resolve_gpus(arguments.get("gpu") or {}, where=f"{where}.gpu")
-            except InvalidInput as exc:
-                raise InvalidInput(str(exc).split(": ", 1)[-1], file=str(loaded.path),
-                                   path=exc.path, line=loaded.line_of(f"{where}.gpu")) from None
+            except (InvalidInput, TargetUnavailable) as exc:
+                path = getattr(exc, "path", None) or f"{where}.gpu"
+                raise InvalidInput(str(exc).split(": ", 1)[-1] if path in str(exc) else str(exc),
+                                   file=str(loaded.path), path=path,
+                                   line=loaded.line_of(f"{where}.gpu")) from None
         planned.append(PlannedFault(
             activity=str(activity.get("name")), kind=kind.name, gpus=gpus,
             injected_at=kind.injected_at.get(target.kind, "?"),
@@ -149,8 +148,24 @@ def _environment() -> dict[str, Any]:
             "argv": sys.argv}
 
 
+def preview(options: RunOptions) -> Plan:
+    """The plan of a run (``--dry-run``, ``gameday plan``): read-only, it starts no lab,
+    injects nothing and takes no lock (:func:`gameday.engine.plan.plan`)."""
+    loaded = load_experiment(options.path)
+    config = targetconfig.from_environment(options.target_config)
+    kind = options.target or loaded.extension.target or "none"
+    return plan(loaded, kind=kind, variables=options.variables, target_config=config,
+                lab_dir=options.lab_dir)
+
+
 def run(options: RunOptions) -> RunOutcome:
-    """Run one experiment file; return its exit code (and journal path)."""
+    """Run one experiment file; return its exit code (and journal path). A dry run
+    renders :func:`preview` and returns its exit code."""
+    if options.dry_run:
+        planned_run = preview(options)
+        if options.render_plan:
+            render(planned_run, options.out)
+        return RunOutcome(planned_run.exit_code, plan=planned_run)
     loaded = load_experiment(options.path)
     config = targetconfig.from_environment(options.target_config)
     sign_key = None
@@ -175,9 +190,6 @@ def run(options: RunOptions) -> RunOutcome:
             for gpu in item.gpus:  # holds one of the targets
                 session.locks.acquire(target_key(gpu.node, {"gpu": gpu.index}))
         _print_plan(kind, planned, session, options.out)
-        if options.dry_run:
-            print("dry run: nothing injected", file=options.out)
-            return RunOutcome(0)
         session.hold_silence()  # refused here, before anything is injected, if it cannot
         return _execute(loaded, target, session, kind, options, sign_key)
     except signals.Interrupted as interrupted:
@@ -227,7 +239,7 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
              kind: str, options: RunOptions,
              sign_key: "Ed25519PrivateKey | None" = None) -> RunOutcome:
     experiment = copy.deepcopy(loaded.experiment)
-    experiment["configuration"] = _configuration(experiment, target, options.variables)
+    experiment["configuration"] = run_configuration(experiment, target, options.variables)
     controls = experiment.setdefault("controls", [])
     if not any(c.get("provider", {}).get("module") == "gameday.controls" for c in controls):
         controls.append(copy.deepcopy(CONTROL))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.errors import InvalidInput
+from gameday.experiment import keys
 from gameday.safety.alertmanager import SilenceSpec, silence_spec
 from gameday.targets import TARGET_KINDS
 
@@ -63,8 +64,6 @@ class Extension:
     present: bool = False
 
 
-_KNOWN_KEYS = {"name", "target", "coverage", "blast_radius", "slo", "lease_s", "safeguards",
-               "silence"}
 
 
 def _number(value: Any, path: str, *, minimum: float, integer: bool = False) -> float:
@@ -102,10 +101,9 @@ def parse_extension(experiment: Mapping[str, Any]) -> Extension:
 
 
 def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
-    unknown = sorted(set(raw) - _KNOWN_KEYS)
+    unknown = sorted(set(raw) - set(keys.GAMEDAY))
     if unknown:
-        raise InvalidInput(f"unknown key (known: {', '.join(sorted(_KNOWN_KEYS))})",
-                           path=f"{base}.{unknown[0]}")
+        raise keys.unknown_key(unknown[0], keys.GAMEDAY, f"{base}.{unknown[0]}")
     target = raw.get("target")
     if target is not None and target not in _EXPERIMENT_TARGETS:
         raise InvalidInput(f"must be one of {', '.join(_EXPERIMENT_TARGETS)}, got {target!r}",
@@ -117,9 +115,8 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
                            path=f"{base}.coverage.layer")
     blast = _mapping(raw.get("blast_radius", {}), f"{base}.blast_radius")
     for key in blast:
-        if key not in ("max_gpus", "max_nodes", "max_percent"):
-            raise InvalidInput("unknown key (known: max_gpus, max_nodes, max_percent)",
-                               path=f"{base}.blast_radius.{key}")
+        if key not in keys.BLAST_RADIUS:
+            raise keys.unknown_key(key, keys.BLAST_RADIUS, f"{base}.blast_radius.{key}")
     percent = blast.get("max_percent")
     if percent is not None and _number(percent, f"{base}.blast_radius.max_percent",
                                        minimum=0) > 100:
@@ -127,8 +124,8 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
                            path=f"{base}.blast_radius.max_percent")
     slo = _mapping(raw.get("slo", {}), f"{base}.slo")
     for key in slo:
-        if key not in ("rto_s", "rpo_steps"):
-            raise InvalidInput("unknown key (known: rto_s, rpo_steps)", path=f"{base}.slo.{key}")
+        if key not in keys.SLO:
+            raise keys.unknown_key(key, keys.SLO, f"{base}.slo.{key}")
 
     def optional_int(mapping: Mapping[str, Any], key: str, path: str) -> int | None:
         if mapping.get(key) is None:
@@ -153,8 +150,6 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
     )
 
 
-_SAFEGUARD_KEYS = ("name", "promql", "http", "json", "max", "min", "equals", "interval_s",
-                   "failures")
 MAX_SAFEGUARDS = 64
 
 
@@ -168,9 +163,8 @@ def _safeguards(raw: Any, base: str) -> tuple[SafeguardSpec, ...]:
         where = f"{base}[{position}]"
         entry = _mapping(item, where)
         for key in entry:
-            if key not in _SAFEGUARD_KEYS:
-                raise InvalidInput(f"unknown key (known: {', '.join(_SAFEGUARD_KEYS)})",
-                                   path=f"{where}.{key}")
+            if key not in keys.SAFEGUARD:
+                raise keys.unknown_key(key, keys.SAFEGUARD, f"{where}.{key}")
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidInput("is required (a non-empty string)", path=f"{where}.name")

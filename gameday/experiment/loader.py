@@ -9,6 +9,7 @@ here injects anything.
 import importlib
 import inspect
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,20 @@ from typing import Any
 import yaml
 
 from faults.base import FaultKind
-from faults.catalogue import by_activity
+from faults.catalogue import SELECTOR_KEYS, by_activity
 from gameday.errors import InvalidInput, first_line
 from gameday.experiment.extension import Extension, parse_extension
+from gameday.experiment.keys import did_you_mean, unknown_key, unknown_keys
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 32
+
+#: What each target offers experiments as ``${...}`` configuration without being told
+#: (host and Kubernetes targets take theirs from the configuration).
+OFFERED_VARIABLES: dict[str, tuple[str, ...]] = {
+    "lab": ("service_url", "prometheus_url", "placement_url"),
+}
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
 
 
 @dataclass
@@ -104,21 +113,66 @@ def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
 
 
 def load_experiment(path: Path) -> LoadedExperiment:
-    """Read and validate an experiment; every error is one line with file, path and line."""
-    document, lines = read_document(path)
+    """Read and validate an experiment; every error is one line with file, path and line
+    (the first of :func:`check_experiment`'s is raised)."""
+    loaded, errors = check_experiment(path)
+    if errors:
+        raise errors[0]
+    assert loaded is not None
+    return loaded
+
+
+def check_experiment(path: Path, *, target: str | None = None,
+                     variables: Mapping[str, str] | None = None
+                     ) -> tuple[LoadedExperiment | None, list[InvalidInput]]:
+    """Every error of an experiment, each one line with file, line and key path, and the
+    experiment (None when it cannot be read at all).
+
+    With ``variables`` (``--var`` values, possibly none) every ``${name}`` must also be
+    defined: by the experiment's configuration or secrets, by ``variables``, or offered
+    by the target (``target``, else the extension's: :data:`OFFERED_VARIABLES`).
+    """
+    try:
+        document, lines = read_document(path)
+    except InvalidInput as exc:
+        return None, [exc]
     loaded = LoadedExperiment(path=path, experiment=document, lines=lines,
                               extension=Extension())
+    found: list[InvalidInput] = list(unknown_keys(document))
+
+    def attempt(check: Any, *args: Any) -> bool:
+        try:
+            check(*args)
+        except InvalidInput as exc:
+            found.append(exc)
+            return False
+        return True
+
+    shaped = attempt(_check_structure, document)
+    for where, activity in _all_activities(document):
+        shaped = attempt(_check_activity, activity, where) and shaped
     try:
-        _check_structure(document)
         loaded.extension = parse_extension(document)
-        _check_activities(document)
-        _check_coverage(document, loaded.extension)
-        _toolkit_validation(document)
     except InvalidInput as exc:
-        raise InvalidInput(_bare(exc), file=str(path), path=exc.path,
-                           line=exc.line or (loaded.line_of(exc.path) if exc.path else None)
-                           ) from None
-    return loaded
+        found.append(exc)
+    if shaped:
+        for where, activity in _activities(document):
+            attempt(_check_provider, where, activity)
+        attempt(_check_coverage, document, loaded.extension)
+        found.extend(_selector_errors(document))
+        if variables is not None:
+            kind = target or loaded.extension.target or _raw_target(document)
+            found.extend(_undefined_variables(document, variables, kind))
+        if not found:
+            attempt(_toolkit_validation, document)
+    errors: list[InvalidInput] = []
+    for error in found:
+        located = InvalidInput(_bare(error), file=str(path), path=error.path,
+                               line=error.line or (loaded.line_of(error.path) if error.path
+                                                   else None))
+        if str(located) not in {str(e) for e in errors}:
+            errors.append(located)
+    return loaded, errors
 
 
 def _bare(exc: InvalidInput) -> str:
@@ -152,20 +206,25 @@ def _check_structure(document: Mapping[str, Any]) -> None:
     hypothesis = _require(document, "steady-state-hypothesis", dict, "", required=False)
     if hypothesis is not None:
         _require(hypothesis, "title", str, "steady-state-hypothesis")
-        probes = _require(hypothesis, "probes", list, "steady-state-hypothesis",
-                          required=False) or []
-        for position, probe in enumerate(probes):
-            where = f"steady-state-hypothesis.probes[{position}]"
-            _check_activity(probe, where)
-            if isinstance(probe, dict) and "ref" not in probe and "tolerance" not in probe:
-                raise InvalidInput("a steady-state probe needs a tolerance",
-                                   path=f"{where}.tolerance")
+        _require(hypothesis, "probes", list, "steady-state-hypothesis", required=False)
     if "method" not in document:
         raise InvalidInput("is required (it may be an empty list)", path="method")
     _require(document, "method", list, "", required=False)
+    _require(document, "rollbacks", list, "", required=False)
+
+
+def _all_activities(document: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Every activity of the hypothesis, method and rollbacks, as written (any shape)."""
+    found: list[tuple[str, Any]] = []
+    hypothesis = document.get("steady-state-hypothesis")
+    probes = hypothesis.get("probes") if isinstance(hypothesis, Mapping) else None
+    for position, probe in enumerate(probes if isinstance(probes, list) else []):
+        found.append((f"steady-state-hypothesis.probes[{position}]", probe))
     for section in ("method", "rollbacks"):
-        for position, activity in enumerate(document.get(section) or []):
-            _check_activity(activity, f"{section}[{position}]")
+        items = document.get(section)
+        for position, activity in enumerate(items if isinstance(items, list) else []):
+            found.append((f"{section}[{position}]", activity))
+    return found
 
 
 def _check_activity(activity: Any, where: str) -> None:
@@ -191,6 +250,8 @@ def _check_activity(activity: Any, where: str) -> None:
         _require(provider, "module", str, f"{where}.provider")
         _require(provider, "func", str, f"{where}.provider")
         _require(provider, "arguments", dict, f"{where}.provider", required=False)
+    if where.startswith("steady-state-hypothesis") and "tolerance" not in activity:
+        raise InvalidInput("a steady-state probe needs a tolerance", path=f"{where}.tolerance")
 
 
 def _activities(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -204,12 +265,10 @@ def _activities(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
     return [(where, a) for where, a in found if "ref" not in a]
 
 
-def _check_activities(document: Mapping[str, Any]) -> None:
-    """Python providers must import, take the given arguments, and (faults) be in range."""
-    for where, activity in _activities(document):
-        provider = activity["provider"]
-        if provider["type"] != "python":
-            continue
+def _check_provider(where: str, activity: Mapping[str, Any]) -> None:
+    """A Python provider must import, take the given arguments, and (faults) be in range."""
+    provider = activity["provider"]
+    if provider["type"] == "python":
         module_name, func_name = provider["module"], provider["func"]
         arguments = provider.get("arguments") or {}
         try:
@@ -227,12 +286,77 @@ def _check_activities(document: Mapping[str, Any]) -> None:
         for name in arguments:
             if name not in parameters and not takes_any:
                 raise InvalidInput(
-                    f"{module_name}.{func_name} takes no argument {name!r} "
-                    f"(it takes: {', '.join(accepted)})",
+                    f"{module_name}.{func_name} takes no argument {name!r}"
+                    f"{did_you_mean(name, accepted)} (it takes: {', '.join(accepted)})",
                     path=f"{where}.provider.arguments.{name}")
         kind = by_activity(module_name, func_name)
         if kind is not None:
             kind.validate(arguments, base=f"{where}.provider.arguments", skip_unresolved=True)
+
+
+def _selector_errors(document: Mapping[str, Any]) -> list[InvalidInput]:
+    """Selector keys a fault kind does not know (``gpu: {holdin_shard: 0}``)."""
+    found: list[InvalidInput] = []
+    for where, activity in _activities(document):
+        provider = activity["provider"]
+        if activity.get("type") != "action" or provider["type"] != "python":
+            continue
+        kind = by_activity(provider["module"], provider["func"])
+        if kind is None or kind.selector not in SELECTOR_KEYS:
+            continue
+        selector = (provider.get("arguments") or {}).get(kind.selector)
+        if not isinstance(selector, Mapping):
+            continue
+        known = SELECTOR_KEYS[kind.selector]
+        for key in selector:
+            if key not in known:
+                found.append(unknown_key(str(key), known, f"{where}.provider.arguments."
+                                                          f"{kind.selector}.{key}"))
+    return found
+
+
+def _raw_target(document: Mapping[str, Any]) -> str | None:
+    """The gameday extension's ``target`` as written (when the extension did not parse)."""
+    for raw in document.get("extensions") or []:
+        if isinstance(raw, Mapping) and raw.get("name") == "gameday":
+            target = raw.get("target")
+            return target if isinstance(target, str) else None
+    return None
+
+
+def _strings(value: Any, path: str) -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, Mapping):
+        return [item for key, inner in value.items() for item in _strings(inner, _join(path, key))]
+    if isinstance(value, list):
+        return [item for n, inner in enumerate(value) for item in _strings(inner, _join(path, n))]
+    return []
+
+
+def _undefined_variables(document: Mapping[str, Any], variables: Mapping[str, str],
+                         target: str | None) -> list[InvalidInput]:
+    """Every ``${name}`` that nothing defines (see :func:`check_experiment`)."""
+    defined = set(document.get("configuration") or {}) | set(variables)
+    defined |= set(OFFERED_VARIABLES.get(target or "", ()))
+    secrets = document.get("secrets") or {}
+    for scope in secrets.values() if isinstance(secrets, Mapping) else ():
+        defined |= set(scope) if isinstance(scope, Mapping) else set()
+    found: list[InvalidInput] = []
+    for key in document:
+        if key in ("configuration", "secrets"):
+            continue
+        for path, text in _strings(document[key], str(key)):
+            for name in _VARIABLE.findall(text):
+                if name not in defined:
+                    offered = f"target {target} offers " + ", ".join(
+                        OFFERED_VARIABLES[target]) if target in OFFERED_VARIABLES else \
+                        f"target {target or 'none'} offers none"
+                    found.append(InvalidInput(
+                        f"${{{name}}} is not defined{did_you_mean(name, sorted(defined))}: set "
+                        f"it in configuration or with --var {name}=VALUE ({offered})",
+                        path=path))
+    return found
 
 
 def _check_coverage(document: Mapping[str, Any], extension: Extension) -> None:

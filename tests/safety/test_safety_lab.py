@@ -143,12 +143,13 @@ def test_second_run_on_a_locked_gpu_is_refused(tmp_path: Path, env: dict[str, st
                 in refused.stderr and " since 20" in refused.stderr), refused.stderr
         assert len(active_faults(lab_dir)) == 1
         dry = gameday(["run", str(tmp_path / "first.yaml"), "--dry-run"], env)
-        assert dry.returncode == 2 and "locked by run" in dry.stderr
+        assert dry.returncode == 2 and "is locked by run" in dry.stdout
         other = gameday(["run", str(experiment(tmp_path / "other.yaml",
                                                method=[ecc("node-1", 3)])), "--dry-run"], env)
         assert other.returncode == 0, other.stderr
-        assert "node-1/gpu3 (injected_at=virtual, lease 30 s)" in other.stdout
-        assert "locks: node-1.gpu-3" in other.stdout and "nothing injected" in other.stdout
+        assert "gpu.ecc (injected_at virtual, lease 30 s)" in other.stdout
+        assert "-> node-1/gpu3" in other.stdout
+        assert "lock node-1.gpu-3: free" in other.stdout and "nothing injected" in other.stdout
     finally:
         holder.send_signal(signal.SIGTERM)
         holder.communicate(timeout=60)

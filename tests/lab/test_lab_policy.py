@@ -1,6 +1,6 @@
 """The lab ships its agents' policy: it passes ``gameday agent policy --check``, allows
-exactly the kinds a lab node's backend offers (the head node: the router's too), and refuses the rest and longer leases
-through the registry's limits, as a lab agent does."""
+exactly the kinds a lab node's backend offers (the head node: the router's too), and
+refuses the rest and longer leases through the registry's limits, as a lab agent does."""
 
 from pathlib import Path
 

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gameday.gamedays.play import PlaybookRun
+    from gameday.gamedays.playbook import Playbook
 
+from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
 from gameday.targets import agent_tls
@@ -27,6 +29,60 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interruption rate (default: Llama 3's, 419 / 54 days / 16384)")
 
 
+def _draw_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="seed the playbook's draw from its fault mix (default: its own)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show what would run (experiments, order, the draw and its seed) "
+                             "and stop; nothing is started or injected")
+    if not any("--output" in action.option_strings for action in parser._actions):
+        add_output_argument(parser)
+
+
+def _load(args: argparse.Namespace) -> "Playbook":
+    """The playbook, with ``--seed`` applied to its draw."""
+    import dataclasses
+
+    from gameday.errors import InvalidInput
+    from gameday.gamedays.playbook import load_playbook
+
+    playbook = load_playbook(args.playbook)
+    if args.seed is not None:
+        if playbook.draw is None:
+            raise InvalidInput("--seed: the playbook has no draw from a fault mix to seed",
+                               file=str(args.playbook))
+        playbook.draw = dataclasses.replace(playbook.draw, seed=args.seed)
+    return playbook
+
+
+def _show_plan(playbook: "Playbook", args: argparse.Namespace) -> int:
+    """``--dry-run``: the experiments in order, where each comes from, and the draw."""
+    planned = playbook.plan()
+    draw = playbook.draw
+    rows: list[dict[str, Any]] = [
+        {"position": n, "name": p.name, "experiment": str(p.path), "expect": p.expect,
+         "drawn_from": p.drawn_from, "variables": dict(p.variables)}
+        for n, p in enumerate(planned, start=1)]
+    document = {"playbook": str(args.playbook), "title": playbook.title,
+                "target": playbook.target, "on_failure": playbook.on_failure,
+                "draw": ({"mix": str(draw.mix.path), "count": draw.count, "seed": draw.seed}
+                         if draw else None),
+                "experiments": rows}
+    if wants_json(args):
+        emit(document, sys.stdout)
+        return 0
+    print(f"{args.command}: {playbook.title}: {len(planned)} experiment"
+          f"{'' if len(planned) == 1 else 's'} in this order (dry run: nothing runs)")
+    for item in rows:
+        origin = f"  [drawn: {item['drawn_from']}]" if item["drawn_from"] else ""
+        print(f"  {item['position']}. {item['name']}: {item['experiment']} expect "
+              f"{item['expect']}{origin}")
+    if draw is not None:
+        print(f"  drawn from {draw.mix.path} ({draw.count} experiments, seed {draw.seed}; "
+              f"the same seed draws the same experiments)")
+    return 0
+
+
 def add_commands(commands: Any) -> None:
     """Add the game-day subcommands to the ``gameday`` parser's subparsers."""
     play = commands.add_parser("play", help="run a playbook (a game day)")
@@ -37,6 +93,7 @@ def add_commands(commands: Any) -> None:
     play.add_argument("--sign-key", type=Path, metavar="KEY",
                       help="sign every journal and the record with this Ed25519 key "
                            "(gameday audit keygen)")
+    _draw_arguments(play)
     add_result_arguments(play)
     agent_tls.add_arguments(play)
 
@@ -50,6 +107,7 @@ def add_commands(commands: Any) -> None:
     gate.add_argument("--public-key", type=Path, metavar="KEY.pub",
                       help="count only journals signed by this Ed25519 key")
     gate.add_argument("--lab-dir", type=Path)
+    _draw_arguments(gate)
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
@@ -122,10 +180,9 @@ def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "Playbook
     table after it, and the game day's table at the end; the ``PlaybookRun``."""
     from gameday.gamedays.gate import projections
     from gameday.gamedays.play import play
-    from gameday.gamedays.playbook import load_playbook
     from gameday.report.terminal import PlaybookRow, console_for, print_playbook, print_run
 
-    playbook = load_playbook(args.playbook)
+    playbook = _load(args)
     console = console_for(sys.stdout)
     results = publisher(args)
     result = play(playbook, console=console, journal_dir=args.journal_dir,
@@ -146,6 +203,8 @@ def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "Playbook
 
 
 def _play(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return _show_plan(_load(args), args)
     return _played(args).exit_code
 
 
@@ -157,11 +216,12 @@ def _gate(args: argparse.Namespace) -> int:
         runs_from_journals,
         write_outputs,
     )
-    from gameday.gamedays.playbook import load_playbook
 
+    if args.dry_run:
+        return _show_plan(_load(args), args)
     trusted = signing.load_public(args.public_key) if args.public_key else None
     if args.journals is not None:
-        playbook = load_playbook(args.playbook)
+        playbook = _load(args)
         runs, rejected = runs_from_journals(playbook, args.journals, trusted)
     else:
         result = _played(args, verdict_line=False)

@@ -3,7 +3,7 @@
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
-DEBS      := prometheus prometheus-alertmanager fuse3 stress-ng iptables nftables chromium
+DEBS      := prometheus prometheus-alertmanager fuse3 stress-ng iptables nftables chromium redis-server
 PYTHON    ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
 
 .PHONY: setup debs demo test bench lint clean
@@ -24,7 +24,7 @@ debs:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,host]'
+	$(PY) -m pip install -q -e '.[dev,host,workloads]'
 	touch $(STAMP)
 
 demo: setup

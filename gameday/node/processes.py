@@ -3,7 +3,9 @@
 :class:`SignalFault` sends SIGKILL (kill: nothing to revert) or SIGSTOP (pause: revert,
 or ``duration_s`` later, sends SIGCONT) to the processes a resolver picks. Each process
 is remembered with its start time, so a revert never signals a process that reused the
-pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``).
+pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``; and
+:func:`select_processes`, by environment, parent and cgroup as well, for "rank 1 of
+this job" among workers with identical command lines).
 """
 
 import contextlib
@@ -11,7 +13,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 
 __all__ = ["PROCESS_KINDS", "ProcessRef", "Resolver", "SignalFault", "find_processes",
-           "process_ref", "process_state"]
+           "parent_pid", "process_cgroup", "process_environ", "process_ref", "process_state",
+           "select_processes"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
 
@@ -167,3 +170,56 @@ def _continue(refs: list[ProcessRef]) -> None:
         if ref.current():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(ref.pid, signal.SIGCONT)
+
+
+def process_environ(pid: int) -> dict[str, str]:
+    """The environment ``pid`` started with (``/proc/PID/environ``; empty if unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (part.decode("utf-8", "replace").partition("=") for part in raw.split(b"\0")
+             if b"=" in part)
+    return {key: value for key, _, value in pairs}
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (None if gone)."""
+    stat = _stat(pid)
+    return int(stat[1][1]) if stat is not None else None
+
+
+def process_cgroup(pid: int) -> str:
+    """``/proc/PID/cgroup`` as text (one ``id:controllers:path`` line per hierarchy)."""
+    try:
+        return Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return ""
+
+
+def select_processes(*, name: str | None = None, cmdline: str | None = None,
+                     env: Mapping[str, str] | None = None,
+                     parents: Collection[int] | None = None,
+                     cgroup: str | None = None) -> list[int]:
+    """Pids that pass every filter given: ``name``/``cmdline`` as :func:`find_processes`,
+    ``env`` (each variable set to exactly that value in the process's environment, e.g.
+    ``{"RANK": "1", "TORCHELASTIC_RUN_ID": "job-7"}``), ``parents`` (a child of one of
+    these pids, e.g. the workers of a ``torchrun`` agent) and ``cgroup`` (a regular
+    expression searched in ``/proc/PID/cgroup``, one line per hierarchy, e.g. a
+    container id); never this
+    process."""
+    pattern = re.compile(cgroup, re.MULTILINE) if cgroup else None
+    candidates = (find_processes(name=name, cmdline=cmdline) if name or cmdline else
+                  find_processes(cmdline=""))
+    found = []
+    for pid in candidates:
+        if parents is not None and parent_pid(pid) not in parents:
+            continue
+        if env:
+            environ = process_environ(pid)
+            if any(environ.get(key) != str(value) for key, value in env.items()):
+                continue
+        if pattern is not None and not pattern.search(process_cgroup(pid)):
+            continue
+        found.append(pid)
+    return found

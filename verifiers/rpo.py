@@ -25,6 +25,7 @@ from gameday.errors import GamedayError
 from verifiers._promql import PromQL, PromQLError, Series, prometheus_url_of, series_key
 from verifiers._results import fail, record
 from verifiers.checkpoints import durable_at, read_log_steps
+from verifiers.redis_streams import GroupBacklog, group_backlog
 
 __all__ = ["checkpoint_loss", "stream_loss"]
 
@@ -477,17 +478,76 @@ class StreamLoss:
         return asdict(self)
 
 
+def _stream_verdict(lost: float, slo: float | None, detail: str,
+                    measurement: dict[str, Any]) -> None:
+    """Fail when ``lost`` misses ``slo``, else record the result."""
+    verifier = "rpo.stream_loss"
+    if slo is not None and lost > slo:
+        fail(verifier, f"stream lost {_number(lost)} messages > slo {slo:g} (missed by "
+                       f"{_number(lost - slo)}; {detail})", measurement)
+    bound = f" <= slo {slo:g}" if slo is not None else " (no slo)"
+    record(verifier, None if slo is None else True, measurement,
+           f"stream lost {_number(lost)} messages{bound} ({detail})")
+
+
+def _redis_stream_loss(spec: Mapping[str, Any], slo: float | None, *, fault_kind: str | None,
+                       settle_s: float, timeout_s: float, interval_s: float) -> dict[str, Any]:
+    verifier = "rpo.stream_loss"
+    measurement: dict[str, Any] = {"redis": dict(spec), "slo_messages": slo}
+    if not isinstance(spec, Mapping) or not {"url", "stream", "group"} <= set(spec):
+        fail(verifier, 'stream_loss: redis must be {"url", "stream", "group"}', measurement)
+    onset = _onset(fault_kind)
+    if onset is None:
+        fail(verifier, "stream_loss needs a fault onset: no fault was applied in this "
+                       "session", measurement)
+    clock = current().clock
+    deadline = clock.monotonic() + timeout_s
+    previous: GroupBacklog | None = None
+    still_since = clock.monotonic()
+    while True:
+        try:
+            backlog = group_backlog(str(spec["url"]), str(spec["stream"]), str(spec["group"]),
+                                    onset)
+        except GamedayError as exc:
+            fail(verifier, f"stream_loss: {exc}", measurement)
+        if backlog != previous:
+            previous, still_since = backlog, clock.monotonic()
+        if backlog.unacknowledged == 0 or clock.monotonic() - still_since >= settle_s or \
+                clock.monotonic() >= deadline:
+            break
+        clock.sleep(interval_s)
+    lost = float(backlog.unacknowledged)
+    result = {"onset": onset, "settled_at": clock.now(), "lost": lost,
+              "accepted": backlog.added, "committed": backlog.added - backlog.unacknowledged,
+              "pending": backlog.pending, "undelivered": backlog.undelivered,
+              "resolution_s": 0.001, "slo_messages": slo,
+              "met": None if slo is None else lost <= slo}
+    measurement.update(result)
+    _stream_verdict(lost, slo, f"{backlog.stream}/{backlog.group}: {backlog.added} added by "
+                    f"the fault, {backlog.pending} pending, {backlog.undelivered} never "
+                    f"delivered", measurement)
+    return result
+
+
 def _join_key(labels: dict[str, str], on: list[str] | None) -> str:
     kept = {key: value for key, value in labels.items()
             if key != "__name__" and (on is None or key in on)}
     return series_key(kept)
 
 
-def stream_loss(accepted: str, committed: str, prometheus_url: str | None = None,
+def stream_loss(accepted: str | None = None, committed: str | None = None,
+                prometheus_url: str | None = None,
                 slo_messages: float | None = None, on: list[str] | None = None,
                 fault_kind: str | None = None, settle_s: float = 5.0,
-                timeout_s: float = 60.0, interval_s: float = 0.5) -> dict[str, Any]:
+                timeout_s: float = 60.0, interval_s: float = 0.5,
+                redis: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure the messages a fault lost: offsets accepted at the fault minus committed.
+
+    From a Redis Streams consumer group, ``redis: {"url": "redis://HOST:PORT/DB",
+    "stream": NAME, "group": NAME}`` instead of PromQL: the entries added to the stream
+    by the fault (read from the stream's own millisecond ids, so exact) that the group
+    has not acknowledged once it settles — pending with a consumer that crashed, or
+    never delivered (``verifiers.redis_streams``).
 
     ``accepted`` is a PromQL expression for the offsets acknowledged to producers (e.g.
     a topic's log-end offset per partition), ``committed`` for the offsets made durable
@@ -509,9 +569,14 @@ def stream_loss(accepted: str, committed: str, prometheus_url: str | None = None
     verifier = "rpo.stream_loss"
     session = current()
     slo = slo_messages if slo_messages is not None else session.extension.slo.rpo_steps
+    if redis is not None:
+        return _redis_stream_loss(redis, slo, fault_kind=fault_kind, settle_s=settle_s,
+                                  timeout_s=timeout_s, interval_s=interval_s)
     measurement: dict[str, Any] = {"accepted": accepted, "committed": committed,
                                    "slo_messages": slo}
     try:
+        if accepted is None or committed is None:
+            raise GamedayError("needs accepted and committed (PromQL), or redis")
         if min(timeout_s, interval_s) <= 0 or settle_s < 0:
             raise GamedayError("need timeout_s, interval_s > 0 and settle_s >= 0")
         client = PromQL(prometheus_url_of(prometheus_url))
@@ -560,11 +625,7 @@ def stream_loss(accepted: str, committed: str, prometheus_url: str | None = None
     result = {**loss.to_json(), "slo_messages": slo, "met": met}
     measurement.update(result)
     worst = max(per_series, key=lambda item: item["lost"])
-    detail = f"{worst['series']} lost {_number(worst['lost'])}"
-    if slo is not None and loss.lost > slo:
-        fail(verifier, f"stream lost {_number(loss.lost)} messages > slo {slo:g} (missed by "
-                       f"{_number(loss.lost - slo)}; {detail})", measurement)
-    bound = f" <= slo {slo:g}" if slo is not None else " (no slo)"
-    record(verifier, met, measurement,
-           f"stream lost {_number(loss.lost)} messages{bound} over {len(per_series)} series")
+    detail = (f"{worst['series']} lost {_number(worst['lost'])}" if loss.lost else
+              f"over {len(per_series)} series")
+    _stream_verdict(loss.lost, slo, detail, measurement)
     return result

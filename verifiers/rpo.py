@@ -137,23 +137,47 @@ def _pace(before: list[tuple[float, float]], gap_s: float) -> float | None:
     return None
 
 
-def _loaded_from_progress(after: list[tuple[float, float]], pace: float | None,
-                          since: float) -> Bound | None:
-    """The resumed-from step read off sampled progress after the restart: the first sample
-    from which progress moves at the job's pace (earlier ones were taken before the job
-    had loaded its checkpoint, e.g. an exporter showing step 0), bounded by the steps
-    the job could have made since it was last seen not loaded."""
-    for index in range(len(after) - 1):
-        (t, value), (next_t, next_value) = after[index], after[index + 1]
+def _changes(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
+    """``(first seen, value, last seen of the value before)`` at each change of value:
+    a range query repeats a scraped value at every step until the next scrape."""
+    changes: list[tuple[float, float, float]] = []
+    previous_t = samples[0][0] if samples else 0.0
+    for t, value in samples:
+        if not changes or value != changes[-1][1]:
+            changes.append((t, value, previous_t))
+        previous_t = t
+    return changes
+
+
+def _loaded_from_progress(after: list[tuple[float, float]],
+                          before: list[tuple[float, float]], pace: float | None,
+                          resolution_s: float) -> Bound | None:
+    """The resumed-from step read off sampled progress after the restart: the first value
+    from which progress moves as it did before the fault (values before a jump larger
+    than twice the job's usual step between scrapes were taken before the job had
+    loaded its checkpoint, e.g. an exporter showing step 0), bounded by the steps the
+    job could have made between the scrape that last showed it not loaded and the one
+    that showed the value."""
+    earlier = _changes(before)
+    steps = sorted(b[1] - a[1] for a, b in itertools.pairwise(earlier) if b[1] > a[1])
+    gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(earlier) if b[1] > a[1])
+    usual_step = steps[len(steps) // 2] if steps else None
+    usual_gap = gaps[len(gaps) // 2] if gaps else None
+    changes = _changes(after)
+    for index in range(len(changes) - 1):
+        (t, value, _), (_, next_value, _) = changes[index], changes[index + 1]
         step_up = next_value - value
         if step_up <= 0:
             continue
-        if pace is not None and step_up > 2 * pace * (next_t - t) + 2:
-            continue  # a jump: the job loaded its checkpoint between these two samples
-        if pace is None:
+        if usual_step is not None and step_up > 2 * usual_step + 2:
+            continue  # a jump: the job loaded its checkpoint between these two values
+        if pace is None or usual_gap is None:
             return Bound(0.0, value)
-        not_loaded_at = after[index - 1][0] if index > 0 else since
-        unseen = math.ceil(pace * (t - not_loaded_at))
+        not_loaded_at = t - usual_gap - resolution_s
+        if index > 0:
+            not_loaded_at = max(not_loaded_at, changes[index - 1][0])
+        # (a job's pace right after a restart is not its pace before: allow twice it)
+        unseen = math.ceil(2 * pace * (t - not_loaded_at)) + 1
         return Bound(max(0.0, value - unseen), value)
     return None
 
@@ -210,7 +234,7 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
         high = math.inf
     else:
         died_by = min(restarted_at, seen_at + resolution_s)
-        high = max(low, seen + math.ceil(pace * (died_by - shown_at + resolution_s)))
+        high = max(low, seen + math.ceil(pace * (died_by - shown_at + resolution_s)) + 1)
     at_fault = Bound(low, high)
     resumed_from: Bound | None = None
     later = [sample for sample in (resumed.samples if resumed else ()) if
@@ -226,7 +250,7 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
         first = after[0][1]
         resumed_from = Bound(max(0.0, first - step_every), first - 1)
     elif resumed is None:
-        resumed_from = _loaded_from_progress(after, pace, max(onset, seen_at))
+        resumed_from = _loaded_from_progress(after, before, pace, resolution_s)
     if resumed_from is None:
         return None
     lost = Bound(max(0.0, at_fault.low - resumed_from.high),

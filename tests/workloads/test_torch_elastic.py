@@ -16,7 +16,13 @@ import pytest
 from gameday.agent.backend import FaultRequest
 from gameday.engine.session import deactivate
 from gameday.node.host.process import HostSignalFault, resolve_host_process
-from tests.verifiers.verifier_helpers import free_port, new_session, only_result, record_fault
+from tests.verifiers.verifier_helpers import (
+    PrometheusUnderTest,
+    free_port,
+    new_session,
+    only_result,
+    record_fault,
+)
 from verifiers.checkpoints import scan_store
 from verifiers.rpo import checkpoint_loss
 
@@ -28,15 +34,42 @@ STEP = r"^(?P<t>\d+\.\d+) step (?P<step>\d+)$"
 RESUMED = r"^(?P<t>\d+\.\d+) resumed from (?P<step>\d+)$"
 
 
+def kill_rank_1(job: "ElasticJob") -> int:
+    """SIGKILL rank 1 of ``job``, picked by its environment, through the host backend."""
+    details = HostSignalFault("process.kill").apply("f-1", FaultRequest("process.kill", {
+        "env": {"RANK": "1", "TORCHELASTIC_RUN_ID": job.run_id}}))
+    return int(details["processes"][0]["pid"])
+
+
+def ground_truth(job: "ElasticJob") -> tuple[int, int]:
+    """(the last step attempt 0 did, the step attempt 1 resumed from), from the job."""
+    truth = job.truth()
+    last_step = max(e["step"] for e in truth if e["attempt"] == 0 and e["event"] == "step")
+    resumed = next(e["step"] for e in truth if e["attempt"] == 1 and e["event"] == "resumed")
+    return last_step, resumed
+
+
+def scraped(prometheus: PrometheusUnderTest, query: str) -> bool:
+    try:
+        return bool(prometheus.query(query))
+    except OSError:  # Prometheus still starting
+        return False
+
+
+def restarted(truth: list[dict[str, Any]]) -> bool:
+    return sum(e["attempt"] == 1 and e["event"] == "step" for e in truth) >= 3
+
+
 class ElasticJob:
     """torchrun with 2 workers and one restart allowed, on a free loopback port."""
 
-    def __init__(self, root: Path, run_id: str) -> None:
+    def __init__(self, root: Path, run_id: str, *extra: str) -> None:
         self.root, self.run_id = root, run_id
         self.agent = subprocess.Popen(
             [str(TORCHRUN), "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "1",
              "--monitor-interval", "0.2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-             f"127.0.0.1:{free_port()}", "--rdzv-id", run_id, str(JOB), "--dir", str(root)],
+             f"127.0.0.1:{free_port()}", "--rdzv-id", run_id, str(JOB), "--dir", str(root),
+             *extra],
             stdout=(root / "torchrun.out").open("w"), stderr=subprocess.STDOUT)
 
     def truth(self) -> list[dict[str, Any]]:
@@ -81,16 +114,10 @@ def test_rank_kill_rpo_matches_the_jobs_ground_truth(job: ElasticJob) -> None:
     rank0 = resolve_host_process({"env": {"RANK": "0", "TORCHELASTIC_RUN_ID": job.run_id}}, {})
     assert len(by_env) == 1 and by_env == by_parent and rank0 and rank0 != by_env
     session = new_session()
-    kill = HostSignalFault("process.kill")
-    details = kill.apply("f-1", FaultRequest("process.kill", {"env": {
-        "RANK": "1", "TORCHELASTIC_RUN_ID": job.run_id}}))
+    assert kill_rank_1(job) == by_env[0]
     record_fault(session, kind="process.kill")
-    assert details["processes"][0]["pid"] == by_env[0]
-    job.wait("3 steps after the restart", lambda truth: sum(
-        e["attempt"] == 1 and e["event"] == "step" for e in truth) >= 3)
-    truth = job.truth()
-    last_step = max(e["step"] for e in truth if e["attempt"] == 0 and e["event"] == "step")
-    resumed = next(e["step"] for e in truth if e["attempt"] == 1 and e["event"] == "resumed")
+    job.wait("3 steps after the restart", restarted)
+    last_step, resumed = ground_truth(job)
     log = {"path": str(job.root / "train.log"), "pattern": STEP}
     resumed_log = {"path": str(job.root / "train.log"), "pattern": RESUMED}
     store = str(job.root / "checkpoints")
@@ -112,3 +139,53 @@ def test_rank_kill_rpo_matches_the_jobs_ground_truth(job: ElasticJob) -> None:
                             restart_log=resumed_log, checkpoints=store, slo_steps=50,
                             fault_kind="process.kill", timeout_s=30)
     assert again["lost_steps"] == result["lost_steps"] and again["exact"] is True
+
+
+def test_rank_kill_rpo_from_prometheus_is_a_bound_that_holds_the_truth(
+        tmp_path: Path) -> None:
+    """The job's metrics, scraped every second by a real Prometheus, show step 0 after the
+    restart until the checkpoint is loaded; the restart itself leaves no gap long enough
+    to count on, so it is seen from ``process_start_time_seconds``."""
+    port = free_port()
+    prometheus = PrometheusUnderTest(workloads=[f"127.0.0.1:{port}"])
+    job = ElasticJob(tmp_path, f"gameday-prom-{tmp_path.name[-8:]}", "--metrics-port",
+                     str(port), "--load-delay-s", "2.5")
+    try:
+        deadline = time.monotonic() + 90
+        while not scraped(prometheus, "train_step > 40"):
+            assert time.monotonic() < deadline and job.agent.poll() is None, "never scraped"
+            time.sleep(0.25)
+        session = new_session()
+        kill_rank_1(job)
+        record_fault(session, kind="process.kill")
+        job.wait("3 steps after the restart", restarted)
+        last_step, resumed = ground_truth(job)
+        truth = last_step - resumed
+        common = {"progress": "max(train_step)", "durable": None,
+                  "restart": 'max(process_start_time_seconds{job="workload"})',
+                  "prometheus_url": prometheus.url, "slo_steps": 500,
+                  "fault_kind": "process.kill", "timeout_s": 40}
+        with_gauge = checkpoint_loss(resumed="max(train_resumed_from_step)", **common)
+        assert with_gauge["resumed_from"] == resumed  # never the 0 shown before loading
+        assert with_gauge["lost_steps_min"] <= truth <= with_gauge["lost_steps_max"]
+        assert with_gauge["exact"] is False and with_gauge["verdict"] == "met"
+        deactivate()
+
+        session = new_session()  # progress alone: the resumed step read where it moves
+        record_fault(session, kind="process.kill", applied_at=with_gauge["onset"])
+        alone = checkpoint_loss(resumed=None, **common)
+        assert alone["resumed_from_min"] <= resumed <= alone["resumed_from"]
+        assert alone["resumed_from_min"] > 0
+        assert alone["lost_steps_min"] <= truth <= alone["lost_steps_max"]
+        deactivate()
+
+        session = new_session()  # the store for the rest: the resumed step exact again
+        record_fault(session, kind="process.kill", applied_at=with_gauge["onset"])
+        stored = checkpoint_loss(resumed=None, checkpoints=str(tmp_path / "checkpoints"),
+                                 **common)
+        assert stored["resumed_from"] == resumed == stored["resumed_from_min"]
+        assert stored["lost_steps_min"] <= truth <= stored["lost_steps_max"]
+    finally:
+        job.close()
+        prometheus.close()
+        deactivate()

@@ -7,6 +7,10 @@ re-forming over gloo can hang on keys an earlier attempt left). Rank 0 writes, f
 verifier, ``D/train.log`` (``<unix time> step <N>`` per step done, ``<unix time>
 resumed from <N>`` after loading) and, as ground truth, ``D/truth.jsonl`` (one
 ``{"attempt", "event", "step", "t"}`` object per step and resume, flushed each time).
+With ``--metrics-port``, rank 0 also serves Prometheus metrics (``train_step``,
+``train_resumed_from_step``, and prometheus_client's ``process_start_time_seconds``)
+from before it loads its checkpoint, as many jobs do: for ``--load-delay-s`` after a
+restart it shows step 0.
 """
 
 import argparse
@@ -18,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from prometheus_client import Gauge, start_http_server
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -27,6 +32,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--step-s", type=float, default=0.05)
+    parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--load-delay-s", type=float, default=0.0)
     args = parser.parse_args()
     root = Path(args.dir)
     store_dir = root / "checkpoints"
@@ -45,14 +52,23 @@ def main() -> None:
                       if (p / ".metadata").exists()) if store_dir.exists() else []
     step = 0
     log = truth = None
+    step_gauge = resumed_gauge = None
     if rank == 0:
         log = (root / "train.log").open("a", buffering=1)
         truth = (root / "truth.jsonl").open("a", buffering=1)
+        if args.metrics_port:
+            step_gauge = Gauge("train_step", "steps done")
+            resumed_gauge = Gauge("train_resumed_from_step", "the step this attempt loaded")
+            start_http_server(args.metrics_port, addr="127.0.0.1")
     if complete:
+        time.sleep(args.load_delay_s)
         step, path = complete[-1]
         state = {"model": model.state_dict()}
         dcp.load(state, checkpoint_id=str(path))
         model.load_state_dict(state["model"])
+    if resumed_gauge is not None and step_gauge is not None:
+        resumed_gauge.set(step)
+        step_gauge.set(step)
     if log is not None and truth is not None:
         now = time.time()
         log.write(f"{now:.6f} resumed from {step}\n")
@@ -65,6 +81,8 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         step += 1
+        if step_gauge is not None:
+            step_gauge.set(step)
         if log is not None and truth is not None:
             now = time.time()
             log.write(f"{now:.6f} step {step}\n")

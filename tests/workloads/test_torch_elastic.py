@@ -15,7 +15,10 @@ import pytest
 
 from gameday.agent.backend import FaultRequest
 from gameday.engine.session import deactivate
+from gameday.node.faultfs.mount import fuse_mounts
+from gameday.node.host.fusefs import FaultFsLayers
 from gameday.node.host.process import HostSignalFault, resolve_host_process
+from gameday.node.host.storage import FuseStorageFault
 from tests.verifiers.verifier_helpers import (
     PrometheusUnderTest,
     free_port,
@@ -189,3 +192,38 @@ def test_rank_kill_rpo_from_prometheus_is_a_bound_that_holds_the_truth(
         job.close()
         prometheus.close()
         deactivate()
+
+
+def test_checkpoint_store_stall_then_rank_kill(job: ElasticJob) -> None:
+    """The checkpoint store stalls (the fault filesystem layered over it hangs every
+    operation) so a DCP save never completes; then rank 1 is killed. The torn checkpoint
+    has no ``.metadata`` and never counts as durable."""
+    store = job.root / "checkpoints"
+    job.wait("25 steps", lambda truth: sum(e["event"] == "step" for e in truth) >= 25)
+    stall = FuseStorageFault("storage.stall", FaultFsLayers(job.root / "gdsto-state"))
+    if stall.unavailable():
+        pytest.skip(str(stall.unavailable()))
+    request = FaultRequest("storage.stall", {"path": str(store)}, {})
+    stall.apply("s-1", request)
+    try:
+        steps = -1
+        while steps != len(job.truth()):  # the job stops at its next save
+            steps = len(job.truth())
+            time.sleep(1.0)
+        session = new_session()
+        kill_rank_1(job)
+        record_fault(session, kind="process.kill")
+    finally:
+        stall.revert("s-1", request)
+    job.wait("3 steps after the restart", restarted)
+    last_step, resumed = ground_truth(job)
+    log = {"path": str(job.root / "train.log"), "pattern": STEP}
+    resumed_log = {"path": str(job.root / "train.log"), "pattern": RESUMED}
+    result = checkpoint_loss(progress=None, durable=None, resumed=None, progress_log=log,
+                             resumed_log=resumed_log, restart_log=resumed_log,
+                             checkpoints=str(store), slo_steps=50, fault_kind="process.kill",
+                             timeout_s=30)
+    assert last_step % 10 == 0 and result["exact"] is True  # stuck in the save of last_step
+    assert result["lost_steps"] == last_step - resumed  # the job's own ground truth
+    assert result["durable_at_fault"] == resumed < last_step
+    assert fuse_mounts(job.root) == []  # the stall left nothing mounted

@@ -4,6 +4,8 @@
 kind                   injected_at what really happens on the host
 =====================  ==========  ========================================================
 ``gpu.oom``            device      the agent holds device memory (CUDA driver API)
+``gpu.memory_leak``    device      the agent allocates device memory on a timer, up to a
+                                   cap (CUDA driver API)
 ``gpu.xid``            driver      the driver's Xid line in ``/dev/kmsg``; DCGM field 230
                                    where DCGM runs
 ``gpu.ecc``            driver      Xid line (with ``xid``); DCGM fields 310/311 (counts,
@@ -33,7 +35,7 @@ from typing import Any, Final
 from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
-from gameday.node.host.cuda import CudaDriver, LibCuda, MemoryHold, hold_memory
+from gameday.node.host.cuda import CudaDriver, GrowingHold, LibCuda, MemoryHold, hold_memory
 from gameday.node.host.dcgm import FIELDS, DcgmError, DcgmFields, HeldInjection, PyDcgm
 from gameday.node.host.kmsg import KernelLog, xid_line
 from gameday.node.host.nvml import LibNvml, Nvml, NvmlError, NvmlNotSupported
@@ -191,6 +193,41 @@ class GpuOomHost(_GpuHandler):
             hold = self._holds.pop(fault_id, None)
         if hold is not None:
             hold.release()
+
+
+class GpuMemoryLeakHost(_GpuHandler):
+    """``gpu.memory_leak``: device memory the agent allocates on a timer (CUDA driver API)."""
+
+    kind = "gpu.memory_leak"
+    injected_at = "device"
+
+    def __init__(self, host: GpuHost) -> None:
+        super().__init__(host)
+        self._leaks: dict[str, GrowingHold] = {}
+
+    def unavailable(self) -> str | None:
+        return self.host.cuda.unavailable() or self.host.nvml.unavailable()
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        index = self.host.index(self.kind, request)
+        params = request.params
+        leak = GrowingHold(self.host.cuda, pci_bus_id=self.host.nvml.pci_bus_id(index),
+                           ordinal=index, rate_bytes_per_s=params.get("rate_bytes_per_s"),
+                           rate_fraction_per_s=params.get("rate_fraction_per_s"),
+                           cap_bytes=params.get("cap_bytes"),
+                           cap_fraction=float(params.get("cap_fraction") or 1.0),
+                           tick_s=float(params.get("tick_s") or 0.5))
+        with self._lock:
+            self._leaks[fault_id] = leak
+        return {"gpu": index, "step_bytes": leak.step_bytes, "tick_s": leak.tick_s,
+                "cap_bytes": leak.cap_bytes, "free_before": leak.hold.free_before,
+                "total": leak.hold.total}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        with self._lock:
+            leak = self._leaks.pop(fault_id, None)
+        if leak is not None:
+            leak.release()
 
 
 class GpuXidHost(_GpuHandler):
@@ -362,8 +399,8 @@ class GpuThermalHost(_GpuHandler):
 
 def gpu_handlers(host: GpuHost) -> list[HostFault]:
     """The GPU handlers over ``host`` (the first lists the host's GPUs in the inventory)."""
-    return [GpuOomHost(host, lists_inventory=True), GpuXidHost(host), GpuEccHost(host),
-            GpuFallOffBusHost(host), GpuThermalHost(host)]
+    return [GpuOomHost(host, lists_inventory=True), GpuMemoryLeakHost(host), GpuXidHost(host),
+            GpuEccHost(host), GpuFallOffBusHost(host), GpuThermalHost(host)]
 
 
 def handlers() -> list[HostFault]:

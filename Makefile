@@ -3,12 +3,16 @@
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
-DEBS      := prometheus prometheus-alertmanager prometheus-pushgateway fuse3 stress-ng iptables nftables chromium
+# KServe's model server for the workload tests, in an environment of its own: its pins
+# would downgrade packages of the project's
+KSERVE    := .venv-kserve
+KSTAMP    := $(KSERVE)/.installed
+DEBS      := prometheus prometheus-alertmanager prometheus-pushgateway fuse3 stress-ng iptables nftables chromium redis-server
 PYTHON    ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
 
 .PHONY: setup debs demo test bench lint clean
 
-setup: debs $(STAMP)
+setup: debs $(STAMP) $(KSTAMP)
 
 debs:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -24,8 +28,13 @@ debs:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,host]'
+	$(PY) -m pip install -q -e '.[dev,host,workloads]'
 	touch $(STAMP)
+
+$(KSTAMP):
+	test -x $(KSERVE)/bin/python || $(PYTHON) -m venv $(KSERVE)
+	$(KSERVE)/bin/python -m pip install -q 'kserve==0.21.0'
+	touch $(KSTAMP)
 
 demo: setup
 	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab

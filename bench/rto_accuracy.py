@@ -15,7 +15,7 @@ must cordon it and move the shard. Then:
 
 Errors are ``|rto - truth|``; the last line is ``rto_accuracy: trials=N
 p95_error_s=… toolkit_p95_error_s=… ratio=…`` (ratio = toolkit / gameday). Goal:
-p95 error <= 0.25 s and at least 4x smaller than the toolkit's.
+p95 error <= 0.05 s and at least 4x smaller than the toolkit's.
 """
 
 import argparse

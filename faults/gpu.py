@@ -10,10 +10,18 @@ from typing import Any
 from chaoslib.exceptions import ActivityFailed
 
 from faults._activity import failing_activity, revert_run
-from faults.kinds.gpu import GPU_ECC, GPU_FALL_OFF_BUS, GPU_OOM, GPU_THERMAL, GPU_XID
+from faults.kinds.gpu import (
+    GPU_ECC,
+    GPU_FALL_OFF_BUS,
+    GPU_MEMORY_LEAK,
+    GPU_OOM,
+    GPU_THERMAL,
+    GPU_XID,
+)
 from gameday import activity
 
-__all__ = ["ecc_error", "fall_off_bus", "oom", "revert", "thermal_throttle", "xid_error"]
+__all__ = ["ecc_error", "fall_off_bus", "memory_leak", "oom", "revert", "thermal_throttle",
+           "xid_error"]
 
 
 def ecc_error(gpu: dict[str, Any], kind: str = "double_bit", count: int = 1,
@@ -58,6 +66,34 @@ def oom(gpu: dict[str, Any], size_bytes: int | None = None, fraction: float | No
     if params["fraction"] is not None and params["fraction"] <= 0:
         raise ActivityFailed("gpu.oom fraction must be > 0")
     return _inject_on_gpus(GPU_OOM.name, "oom", gpu, params, lease_s)
+
+
+def memory_leak(gpu: dict[str, Any], rate_bytes_per_s: int | None = None,
+                rate_fraction_per_s: float | None = None, cap_bytes: int | None = None,
+                cap_fraction: float = 1.0, tick_s: float = 0.5,
+                lease_s: float | None = None) -> dict[str, Any]:
+    """Leak device memory on the selected GPU(s): held memory grows every ``tick_s`` at
+    ``rate_bytes_per_s`` (or ``rate_fraction_per_s`` of the free memory at the start)
+    until ``cap_bytes`` (or ``cap_fraction`` of that free memory, default all of it) is
+    held. In the lab the GPU's used memory rises (``DCGM_FI_DEV_FB_USED``) and the shard
+    there fails its next allocation with "CUDA out of memory" once too little is free;
+    on a host the agent really allocates through the CUDA driver API on a timer
+    (``injected_at: device``). Reverting frees it all.
+
+    Returns ``{"faults": [{"id", "gpu", "injected_at", "applied_at", "expires_at"}]}``.
+    """
+    params = GPU_MEMORY_LEAK.validate({
+        "rate_bytes_per_s": rate_bytes_per_s, "rate_fraction_per_s": rate_fraction_per_s,
+        "cap_bytes": cap_bytes, "cap_fraction": cap_fraction, "tick_s": tick_s})
+    rates = [name for name in ("rate_bytes_per_s", "rate_fraction_per_s")
+             if params[name] is not None]
+    if len(rates) != 1:
+        raise ActivityFailed("gpu.memory_leak needs exactly one of rate_bytes_per_s or "
+                             "rate_fraction_per_s, got " + (" and ".join(rates) or "neither"))
+    if (params["rate_fraction_per_s"] is not None and params["rate_fraction_per_s"] <= 0) or \
+            params["cap_fraction"] <= 0:
+        raise ActivityFailed("gpu.memory_leak fractions must be > 0")
+    return _inject_on_gpus(GPU_MEMORY_LEAK.name, "memory_leak", gpu, params, lease_s)
 
 
 def xid_error(gpu: dict[str, Any], xid: int, lease_s: float | None = None) -> dict[str, Any]:

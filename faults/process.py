@@ -3,7 +3,10 @@
 ``process`` selects it. Lab: ``{shard: N}`` (the shard's process, from the placement)
 or ``{role: router}`` (a lab process by role or name, from ``lab.json``: router,
 controller, trainer, node-0...). Host: ``{pid: N}``, ``{name: COMM}`` (the command
-name, like ``pgrep -x``) or ``{cmdline: REGEX}`` (like ``pgrep -f``); the agent refuses
+name, like ``pgrep -x``) or ``{cmdline: REGEX}`` (like ``pgrep -f``), narrowed or
+selected by ``env: {RANK: "1", TORCHELASTIC_RUN_ID: ID}`` (the process's environment),
+``parent: {name|cmdline|pid: ...}`` (children of that process, e.g. a ``torchrun``
+agent's workers) and ``cgroup: REGEX`` (``/proc/PID/cgroup``); the agent refuses
 when more than ``max_processes`` match. ``node`` names the agent when the target has
 several. Every action checks its arguments, checks ``blast_radius.max_nodes``, and
 signals through the node's agent under a lease; the ledger records it.
@@ -26,6 +29,7 @@ from gameday.targets.base import Target, read_lab_document
 __all__ = ["kill", "pause", "resume", "revert"]
 
 _KEYS = SELECTOR_KEYS["process"]
+_FILTERS = ("env", "parent", "cgroup")  # host selectors that narrow name/cmdline, or stand alone
 
 
 def kill(process: dict[str, Any], max_processes: int = 1,
@@ -76,12 +80,15 @@ def _pick_node(target: Target, node: Any) -> str:
 def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
     """The node whose agent signals, and the agent-side target."""
     chosen = selector_mapping(selector, "process", _KEYS)
-    which = [key for key in _KEYS if key != "node" and key in chosen]
-    if len(which) != 1:
-        raise InvalidInput("give exactly one of shard, role, pid, name, cmdline",
-                           path="process")
-    key = which[0]
+    filters = {key: chosen[key] for key in _FILTERS if key in chosen}
+    which = [key for key in _KEYS if key not in ("node", *_FILTERS) and key in chosen]
     target = sessions.current().require_target()
+    if filters:
+        return _pick_node(target, chosen.get("node")), _host_filters(chosen, which, filters)
+    if len(which) != 1:
+        raise InvalidInput("give exactly one of shard, role, pid, name, cmdline (or env, "
+                           "parent, cgroup)", path="process")
+    key = which[0]
     if key == "shard":
         placed = [s for s in target.placement().get("shards", [])
                   if s.get("shard") == chosen["shard"]]
@@ -108,6 +115,27 @@ def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
     if key in ("name", "cmdline") and (not isinstance(value, str) or not value):
         raise InvalidInput("must be a non-empty string", path=f"process.{key}")
     return _pick_node(target, chosen.get("node")), {key: value}
+
+
+def _host_filters(chosen: dict[str, Any], which: list[str],
+                  filters: dict[str, Any]) -> dict[str, Any]:
+    """The agent target of a host selector by environment, parent or cgroup."""
+    if set(which) - {"name", "cmdline"}:
+        raise InvalidInput("env, parent and cgroup combine with name and cmdline only",
+                           path="process")
+    env = filters.get("env")
+    if env is not None and (not isinstance(env, dict) or not env or not all(
+            isinstance(value, str | int) for value in env.values())):
+        raise InvalidInput("must be a mapping VAR: VALUE, e.g. {RANK: '1'}", path="process.env")
+    parent = filters.get("parent")
+    if parent is not None and (not isinstance(parent, dict) or len(
+            set(parent) & {"pid", "name", "cmdline"}) != 1):
+        raise InvalidInput("must be one of {pid: N}, {name: COMM}, {cmdline: REGEX}",
+                           path="process.parent")
+    if "cgroup" in filters and (not isinstance(filters["cgroup"], str) or
+                                not filters["cgroup"]):
+        raise InvalidInput("must be a non-empty regular expression", path="process.cgroup")
+    return {key: chosen[key] for key in (*which, *filters)}
 
 
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],

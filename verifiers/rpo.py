@@ -14,6 +14,9 @@ Both record a typed result in the run session and fail with one line when the ob
 (``slo.rpo_steps`` of the experiment, or the arguments) is missed.
 """
 
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +25,8 @@ from gameday.errors import GamedayError
 from gameday.promql import PromQL, PromQLError, Series, series_key
 from verifiers._promql import prometheus_url_of
 from verifiers._results import fail, record
+from verifiers.checkpoints import durable_at, read_log_steps
+from verifiers.redis_streams import GroupBacklog, group_backlog
 
 __all__ = ["checkpoint_loss", "stream_loss"]
 
@@ -32,26 +37,66 @@ LAB_RESUMED = "max(gameday_trainer_resumed_from_step)"
 
 
 @dataclass(frozen=True)
+class Bound:
+    """A figure known to lie in ``[low, high]``; exact when they are equal."""
+
+    low: float
+    high: float
+
+    @property
+    def exact(self) -> bool:
+        return self.low == self.high
+
+    @property
+    def middle(self) -> float:
+        return (self.low + self.high) / 2
+
+    @property
+    def resolution(self) -> float:
+        """Half the width: the figure is ``middle ± resolution``."""
+        return (self.high - self.low) / 2
+
+    def text(self) -> str:
+        if self.exact:
+            return _number(self.low)
+        return f"{_number(self.low)} to {_number(self.high)}"
+
+
+@dataclass(frozen=True)
 class CheckpointLoss:
-    """Work a crash cost a checkpointing job."""
+    """Work a crash cost a checkpointing job, with the resolution each figure has."""
 
     onset: float
-    progress_at_fault: float
-    progress_seen_at: float  # when Prometheus last saw progress before the restart
+    progress_at_fault: Bound
+    progress_seen_at: float  # when the last progress before the restart was seen
     durable_at_fault: float | None
-    restarted_at: float  # first sample of the restarted job
-    resumed_from: float
-    lost_steps: float
+    restarted_at: float  # when the restart was seen
+    restart_signal: str
+    resumed_from: Bound
+    lost: Bound
     steps_per_s: float | None
-    lost_s: float | None
+    sources: dict[str, str]
     resumed_behind_durable: float  # durable steps the job failed to resume from
 
+    @property
+    def lost_s(self) -> float | None:
+        if not self.steps_per_s:
+            return None
+        return round(self.lost.high / self.steps_per_s, 3)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _before(samples: tuple[tuple[float, float], ...], t: float) -> list[tuple[float, float]]:
-    return [sample for sample in samples if sample[0] < t]
+        return {
+            "onset": self.onset, "progress_at_fault": self.progress_at_fault.low,
+            "progress_at_fault_max": self.progress_at_fault.high,
+            "progress_seen_at": self.progress_seen_at,
+            "durable_at_fault": self.durable_at_fault, "restarted_at": self.restarted_at,
+            "restart_signal": self.restart_signal, "resumed_from": self.resumed_from.high,
+            "resumed_from_min": self.resumed_from.low, "lost_steps": self.lost.middle,
+            "lost_steps_min": self.lost.low, "lost_steps_max": self.lost.high,
+            "resolution_steps": self.lost.resolution, "exact": self.lost.exact,
+            "steps_per_s": self.steps_per_s, "lost_s": self.lost_s,
+            "sources": dict(self.sources),
+            "resumed_behind_durable": self.resumed_behind_durable}
 
 
 def find_restart(progress: Series, onset: float, gap_s: float) -> int | None:
@@ -69,43 +114,157 @@ def find_restart(progress: Series, onset: float, gap_s: float) -> int | None:
     return None
 
 
-def assess_checkpoint_loss(progress: Series, durable: Series | None, resumed: Series | None,
-                           onset: float, gap_s: float) -> CheckpointLoss | None:
-    """Fold the three series into the loss; None until the job has restarted."""
-    index = find_restart(progress, onset, gap_s)
-    if index is None:
+def changed_after(series: Series | None, onset: float) -> float | None:
+    """The first instant after ``onset`` at which ``series`` took a value other than its
+    last one before the onset (e.g. ``process_start_time_seconds`` of a new process)."""
+    if series is None:
         return None
-    restarted_at, first_value = progress.samples[index]
-    before = progress.samples[:index]
-    seen_at, at_fault = before[-1]
-    resumed_from = first_value
-    if resumed is not None:
-        after = [value for t, value in resumed.samples if t >= restarted_at]
-        if after:
-            resumed_from = after[0]
-    durable_at_fault = None
-    if durable is not None:
-        earlier = _before(durable.samples, restarted_at)
-        durable_at_fault = earlier[-1][1] if earlier else None
-    lost = max(0.0, at_fault - resumed_from)
-    first = len(before) - 1  # the start of the job's last uninterrupted run
+    earlier = [value for t, value in series.samples if t < onset]
+    for t, value in series.samples:
+        if t >= onset and (not earlier or value != earlier[-1]):
+            return t
+    return None
+
+
+def _pace(before: list[tuple[float, float]], gap_s: float) -> float | None:
+    """Steps per second over the job's last uninterrupted run before the restart."""
+    first = len(before) - 1
     while first > 0 and before[first - 1][1] <= before[first][1] and \
             before[first][0] - before[first - 1][0] <= gap_s:
         first -= 1
     moving = before[first:]
-    pace = None
     if len(moving) >= 2 and moving[-1][0] > moving[0][0] and moving[-1][1] > moving[0][1]:
-        pace = (moving[-1][1] - moving[0][1]) / (moving[-1][0] - moving[0][0])
+        return (moving[-1][1] - moving[0][1]) / (moving[-1][0] - moving[0][0])
+    return None
+
+
+def _changes(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
+    """``(first seen, value, last seen of the value before)`` at each change of value:
+    a range query repeats a scraped value at every step until the next scrape."""
+    changes: list[tuple[float, float, float]] = []
+    previous_t = samples[0][0] if samples else 0.0
+    for t, value in samples:
+        if not changes or value != changes[-1][1]:
+            changes.append((t, value, previous_t))
+        previous_t = t
+    return changes
+
+
+def _loaded_from_progress(after: list[tuple[float, float]],
+                          before: list[tuple[float, float]], pace: float | None,
+                          resolution_s: float) -> Bound | None:
+    """The resumed-from step read off sampled progress after the restart: the first value
+    from which progress moves as it did before the fault (values before a jump larger
+    than twice the job's usual step between scrapes were taken before the job had
+    loaded its checkpoint, e.g. an exporter showing step 0), bounded by the steps the
+    job could have made between the scrape that last showed it not loaded and the one
+    that showed the value."""
+    earlier = _changes(before)
+    steps = sorted(b[1] - a[1] for a, b in itertools.pairwise(earlier) if b[1] > a[1])
+    gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(earlier) if b[1] > a[1])
+    usual_step = steps[len(steps) // 2] if steps else None
+    usual_gap = gaps[len(gaps) // 2] if gaps else None
+    changes = _changes(after)
+    for index in range(len(changes) - 1):
+        (t, value, _), (_, next_value, _) = changes[index], changes[index + 1]
+        step_up = next_value - value
+        if step_up <= 0:
+            continue
+        if usual_step is not None and step_up > 2 * usual_step + 2:
+            continue  # a jump: the job loaded its checkpoint between these two values
+        if pace is None or usual_gap is None:
+            return Bound(0.0, value)
+        not_loaded_at = t - usual_gap - resolution_s
+        if index > 0:
+            not_loaded_at = max(not_loaded_at, changes[index - 1][0])
+        # (a job's pace right after a restart is not its pace before: allow twice it)
+        unseen = math.ceil(2 * pace * (t - not_loaded_at)) + 1
+        return Bound(max(0.0, value - unseen), value)
+    return None
+
+
+def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
+                           resolution_s: float = 0.0, exact: bool = False,
+                           step_every: int = 1, durable: Series | None = None,
+                           resumed: Series | None = None,
+                           restarts: Sequence[tuple[float, str]] = (),
+                           durable_as_of: Callable[[float], float | None] | None = None,
+                           sources: Mapping[str, str] | None = None) -> CheckpointLoss | None:
+    """Fold the progress timeline and the other sources into the loss; None until the job
+    has restarted and its resumed-from step is known.
+
+    ``progress`` is exact (``exact``: a job log's steps, one line every ``step_every``
+    steps) or sampled (PromQL range samples every ``resolution_s``); ``restarts`` are
+    restart instants other sources saw (a new process start time, a log line);
+    ``durable_as_of(t)`` answers the newest complete checkpoint at ``t`` (the store).
+    """
+    candidates = [(t, what) for t, what in restarts if t >= onset]
+    index = find_restart(progress, onset, gap_s)
+    if index is not None:
+        t, value = progress.samples[index]
+        previous = progress.samples[index - 1][1]
+        candidates.append((t, "progress went down" if value < previous else
+                           f"progress absent for over {gap_s:g} s"))
+    changed = changed_after(resumed, onset)
+    if changed is not None and not exact:
+        candidates.append((changed, "resumed-from changed"))
+    if not candidates:
+        return None
+    restarted_at, signal = min(candidates)
+    before = [sample for sample in progress.samples if sample[0] < restarted_at]
+    after = [sample for sample in progress.samples if sample[0] >= restarted_at]
+    if not before:
+        return None
+    seen_at, seen = before[-1]
+    shown_at = seen_at  # when the last value first showed (its scrape, within resolution_s)
+    for t, value in reversed(before):
+        if value != seen:
+            break
+        shown_at = t
+    pace = _pace(before, gap_s)
+    durable_at_fault: float | None = None
+    if durable_as_of is not None:
+        durable_at_fault = durable_as_of(onset)
+    elif durable is not None:
+        earlier = [value for t, value in durable.samples if t < restarted_at]
+        durable_at_fault = earlier[-1] if earlier else None
+    low = max(seen, durable_at_fault if durable_at_fault is not None else seen)
+    if exact:
+        high = max(low, seen + step_every - 1)
+    elif pace is None:
+        high = math.inf
+    else:
+        died_by = min(restarted_at, seen_at + resolution_s)
+        high = max(low, seen + math.ceil(pace * (died_by - shown_at + resolution_s)) + 1)
+    at_fault = Bound(low, high)
+    resumed_from: Bound | None = None
+    later = [sample for sample in (resumed.samples if resumed else ()) if
+             sample[0] >= restarted_at]
+    moved = any(b[1] > a[1] for a, b in itertools.pairwise(after))
+    if later and (moved or exact):
+        resumed_from = Bound(later[-1][1], later[-1][1])
+    elif resumed is None and durable_as_of is not None:
+        newest = durable_as_of(restarted_at)
+        if newest is not None:
+            resumed_from = Bound(newest, newest)
+    elif resumed is None and exact and after:
+        first = after[0][1]
+        resumed_from = Bound(max(0.0, first - step_every), first - 1)
+    elif resumed is None:
+        resumed_from = _loaded_from_progress(after, before, pace, resolution_s)
+    if resumed_from is None:
+        return None
+    lost = Bound(max(0.0, at_fault.low - resumed_from.high),
+                 max(0.0, at_fault.high - resumed_from.low))
     behind = 0.0
-    if durable_at_fault is not None and resumed_from < durable_at_fault:
-        behind = durable_at_fault - resumed_from
+    if durable_at_fault is not None and resumed_from.high < durable_at_fault:
+        behind = durable_at_fault - resumed_from.high
     return CheckpointLoss(
         onset=onset, progress_at_fault=at_fault, progress_seen_at=seen_at,
         durable_at_fault=durable_at_fault, restarted_at=restarted_at,
-        resumed_from=resumed_from, lost_steps=lost,
+        restart_signal=signal, resumed_from=resumed_from, lost=lost,
         steps_per_s=None if pace is None else round(pace, 4),
-        lost_s=None if pace is None else round(lost / pace, 3),
-        resumed_behind_durable=behind)
+        sources=dict(sources or {}), resumed_behind_durable=behind)
 
 
 def _one_series(client: PromQL, query: str, start: float, end: float, step_s: float,
@@ -127,56 +286,121 @@ def _onset(kind: str | None) -> float | None:
 
 
 def _number(value: float) -> str:
+    if math.isinf(value):
+        return "unbounded"
     return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
 
 
-def checkpoint_loss(progress: str = LAB_PROGRESS, durable: str | None = LAB_DURABLE,
+def _log_series(spec: Mapping[str, Any], name: str) -> Series:
+    if not isinstance(spec, Mapping) or not {"path", "pattern"} <= set(spec):
+        raise GamedayError(f'{name} must be {{"path": FILE, "pattern": REGEX}}')
+    steps = read_log_steps(str(spec["path"]), str(spec["pattern"]))
+    return Series({}, tuple((step.t, float(step.step)) for step in steps))
+
+
+def _verdict(lost: Bound, slo: float | None) -> bool | None:
+    """True when even the most that could be lost meets ``slo``, False when even the
+    least misses it, None when the verdict hangs on the unknown part."""
+    if slo is None:
+        return None
+    if lost.high <= slo:
+        return True
+    if lost.low > slo:
+        return False
+    return None
+
+
+def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = LAB_DURABLE,
                     resumed: str | None = LAB_RESUMED, prometheus_url: str | None = None,
                     slo_steps: float | None = None, slo_s: float | None = None,
                     fault_kind: str | None = None, lookback_s: float = 120.0,
                     timeout_s: float = 60.0, interval_s: float = 0.5,
-                    resolution_s: float = 0.25, gap_s: float = 1.5) -> dict[str, Any]:
-    """Measure the work a crash lost: progress at the fault minus progress resumed from.
+                    resolution_s: float = 0.25, gap_s: float = 1.5,
+                    progress_log: dict[str, Any] | None = None, step_every: int = 1,
+                    resumed_log: dict[str, Any] | None = None,
+                    restart: str | None = None, restart_log: dict[str, Any] | None = None,
+                    checkpoints: str | None = None) -> dict[str, Any]:
+    """Measure the work a crash lost: progress at the fault minus progress resumed from,
+    each from the most exact source given, each with its resolution.
 
-    ``progress`` is a PromQL expression for the job's progress (one series; a counter
-    of steps, samples or tokens), ``durable`` the progress of its last durable
-    checkpoint, ``resumed`` the progress the restarted job resumed from (without it, the
-    first progress value after the restart). The defaults read the lab's trainer.
-    ``prometheus_url`` defaults to the run target's Prometheus.
+    Progress at the fault: ``progress_log`` (``{"path": FILE, "pattern": REGEX}``, the
+    job's own log; the pattern's groups ``t`` (Unix seconds or ISO 8601) and ``step``;
+    a logged step N means N steps done, one line every ``step_every`` steps): exact; or
+    ``progress``, a PromQL expression (one series): the last value seen before the
+    restart, so a bound — at most the steps the job makes at its pace before the fault
+    between that scrape and its death go unseen.
 
-    The fault is the run's most recent one (or the most recent of kind ``fault_kind``,
-    e.g. ``process.kill``). Prometheus is read every ``interval_s`` (range queries at
-    ``resolution_s`` from ``lookback_s`` before the fault) until the job has restarted
-    after the fault — progress went down, or the series was gone for more than
-    ``gap_s`` seconds — or ``timeout_s`` passes. Progress at the fault is the last value
-    Prometheus saw before the restart (so up to one scrape interval of progress may be
-    unseen); seconds lost are the steps lost at the pace before the fault.
+    Durable progress at the fault: ``checkpoints``, the checkpoint store's directory
+    (``verifiers.checkpoints``: DCP ``.metadata``, ``checkpoint-N``, ``step=N.ckpt``,
+    ``latest``), the newest checkpoint complete at the fault; or ``durable`` (PromQL).
+    Progress at the fault is at least the durable progress.
+
+    Resumed from: ``resumed_log`` (a log line naming the step the restarted job loaded),
+    or ``resumed`` (PromQL gauge), read once the restarted job's progress moves; else
+    the newest complete checkpoint at the restart in ``checkpoints``; else read off
+    ``progress`` after the restart, skipping samples from before the job loaded its
+    checkpoint (progress that then jumps faster than the job's pace).
+
+    The restart: the first of ``restart`` (a PromQL expression whose value changes with
+    each process, e.g. ``max(process_start_time_seconds{job="trainer"})``),
+    ``restart_log`` (a line matching its pattern; group ``t``, any ``step``), the
+    ``resumed`` gauge changing, progress going down, or progress absent for more than
+    ``gap_s`` s. Sources are read every ``interval_s`` until the restart and the resumed
+    step are known, or ``timeout_s`` passes (PromQL ranges at ``resolution_s`` from
+    ``lookback_s`` before the fault, the run's most recent fault or the most recent of
+    kind ``fault_kind``).
 
     The objective is ``slo_steps`` (default: the experiment's ``slo.rpo_steps``) and
-    optionally ``slo_s``. Returns ``{"onset", "progress_at_fault", "progress_seen_at",
-    "durable_at_fault", "restarted_at", "resumed_from", "lost_steps", "steps_per_s",
-    "lost_s", "resumed_behind_durable", "slo_steps", "slo_s", "met"}``; raises
-    ``ActivityFailed`` with one line, e.g. ``rpo 63 steps > slo 50 steps (missed by 13
-    steps; 15.8 s of training lost)``.
+    optionally ``slo_s`` (at the pace before the fault). It is met when the most that
+    could have been lost meets it, missed when the least misses it; otherwise the
+    verdict is ``inconclusive`` and fails with the reason. Returns ``{"onset",
+    "progress_at_fault", "progress_at_fault_max", "durable_at_fault", "restarted_at",
+    "restart_signal", "resumed_from", "resumed_from_min", "lost_steps",
+    "lost_steps_min", "lost_steps_max", "resolution_steps", "exact", "steps_per_s",
+    "lost_s", "sources", "resumed_behind_durable", "slo_steps", "slo_s", "met",
+    "verdict"}``; raises ``ActivityFailed`` with one line, e.g. ``rpo 63 steps > slo 50
+    steps (missed by 13 steps; 15.8 s of training lost)`` or ``inconclusive: rpo 0 to 24
+    steps (12 ± 12) against slo 5 steps; progress seen only every scrape``.
     """
     verifier = "rpo.checkpoint_loss"
     session = current()
     slo = slo_steps if slo_steps is not None else session.extension.slo.rpo_steps
-    measurement: dict[str, Any] = {"progress": progress, "durable": durable,
-                                   "resumed": resumed, "slo_steps": slo, "slo_s": slo_s}
+    measurement: dict[str, Any] = {"progress": progress_log or progress, "durable":
+                                   checkpoints or durable, "resumed": resumed_log or resumed,
+                                   "slo_steps": slo, "slo_s": slo_s}
+    client: PromQL | None = None
     try:
-        if min(timeout_s, interval_s, resolution_s, gap_s) <= 0 or lookback_s <= 0:
+        if min(timeout_s, interval_s, resolution_s, gap_s) <= 0 or lookback_s <= 0 or \
+                step_every < 1:
             raise GamedayError("need timeout_s, interval_s, resolution_s, gap_s and "
-                               "lookback_s > 0")
-        client = PromQL(prometheus_url_of(prometheus_url))
+                               "lookback_s > 0 and step_every >= 1")
+        if progress_log is None and progress is None:
+            raise GamedayError("needs progress (PromQL) or progress_log")
+        if any(query for query in (progress if progress_log is None else None, durable
+                                   if checkpoints is None else None,
+                                   resumed if resumed_log is None else None, restart)):
+            client = PromQL(prometheus_url_of(prometheus_url))
+            measurement["prometheus_url"] = client.url
     except GamedayError as exc:
         fail(verifier, f"checkpoint_loss: {exc}", measurement)
-    measurement["prometheus_url"] = client.url
     onset = _onset(fault_kind)
     if onset is None:
         fail(verifier, "checkpoint_loss needs a fault onset: no fault"
                        + (f" of kind {fault_kind}" if fault_kind else "")
                        + " was applied in this session", measurement)
+    sources = {
+        "progress": "job log" if progress_log else f"PromQL every {resolution_s:g} s",
+        "durable": ("checkpoint store" if checkpoints else "PromQL" if durable else "none"),
+        "resumed": ("job log" if resumed_log else "PromQL" if resumed else
+                    "checkpoint store (newest complete at the restart)" if checkpoints
+                    else "progress after the restart")}
+    store = None if checkpoints is None else checkpoints
+
+    def durable_as_of(t: float) -> float | None:
+        assert store is not None
+        found = durable_at(store, t)
+        return None if found is None else float(found.step)
+
     clock = session.clock
     deadline = clock.monotonic() + timeout_s
     loss: CheckpointLoss | None = None
@@ -185,14 +409,33 @@ def checkpoint_loss(progress: str = LAB_PROGRESS, durable: str | None = LAB_DURA
         end = clock.now()
         start = onset - lookback_s
         try:
-            last = _one_series(client, progress, start, end, resolution_s, "progress")
+            def ranged(query: str | None, name: str, start: float = start,
+                       end: float = end) -> Series | None:
+                if query is None:
+                    return None
+                assert client is not None
+                return _one_series(client, query, start, end, resolution_s, name)
+
+            last = (_log_series(progress_log, "progress_log") if progress_log
+                    else ranged(progress, "progress"))
+            restarts: list[tuple[float, str]] = []
+            changed = changed_after(ranged(restart, "restart"), onset)
+            if changed is not None:
+                restarts.append((changed, "restart expression changed"))
+            if restart_log is not None:
+                lines = [t for t, _ in _log_series(restart_log, "restart_log").samples
+                         if t >= onset]
+                if lines:
+                    restarts.append((lines[0], "restart log line"))
             if last is not None:
-                durable_series = (_one_series(client, durable, start, end, resolution_s,
-                                              "durable") if durable else None)
-                resumed_series = (_one_series(client, resumed, start, end, resolution_s,
-                                              "resumed") if resumed else None)
-                loss = assess_checkpoint_loss(last, durable_series, resumed_series, onset,
-                                              gap_s)
+                loss = assess_checkpoint_loss(
+                    last, onset, gap_s=gap_s, resolution_s=resolution_s,
+                    exact=progress_log is not None, step_every=step_every,
+                    durable=None if checkpoints else ranged(durable, "durable"),
+                    resumed=(_log_series(resumed_log, "resumed_log") if resumed_log
+                             else ranged(resumed, "resumed")),
+                    restarts=restarts, durable_as_of=durable_as_of if store else None,
+                    sources=sources)
         except GamedayError as exc:
             fail(verifier, f"checkpoint_loss: {exc}", measurement)
         if loss is not None or clock.monotonic() >= deadline:
@@ -201,31 +444,49 @@ def checkpoint_loss(progress: str = LAB_PROGRESS, durable: str | None = LAB_DURA
     measurement["onset"] = onset
     if loss is None:
         seen = ("no progress series at all" if last is None or not last.samples else
-                f"progress last {_number(last.samples[-1][1])}, no restart seen")
+                f"progress last {_number(last.samples[-1][1])}, no restart and resumed "
+                f"step seen")
         fail(verifier, f"job did not restart within timeout {timeout_s:g} s after the fault "
                        f"({seen})", measurement)
-    met = None
-    if slo is not None or slo_s is not None:
-        met = (slo is None or loss.lost_steps <= slo) and (
-            slo_s is None or loss.lost_s is None or loss.lost_s <= slo_s)
-    result = {**loss.to_json(), "slo_steps": slo, "slo_s": slo_s, "met": met}
+    met_steps = _verdict(loss.lost, slo)
+    met_s = None
+    if slo_s is not None and loss.steps_per_s:
+        met_s = _verdict(Bound(loss.lost.low / loss.steps_per_s,
+                               loss.lost.high / loss.steps_per_s), slo_s)
+    verdicts = [verdict for verdict, wanted in ((met_steps, slo), (met_s, slo_s))
+                if wanted is not None]
+    met = (None if not verdicts else False if False in verdicts else
+           None if None in verdicts else True)
+    verdict = ("no objective" if not verdicts else "met" if met else "missed"
+               if met is False else "inconclusive")
+    result = {**loss.to_json(), "slo_steps": slo, "slo_s": slo_s, "met": met,
+              "verdict": verdict}
     measurement.update(result)
+    figure = (f"rpo {loss.lost.text()} steps" if loss.lost.exact else
+              f"rpo {loss.lost.text()} steps ({_number(loss.lost.middle)} ± "
+              f"{_number(loss.lost.resolution)})")
     seconds = f"{loss.lost_s:.1f} s of training" if loss.lost_s is not None else "pace unknown"
     warning = (f"; warning: resumed {_number(loss.resumed_behind_durable)} steps behind the "
                f"last durable checkpoint" if loss.resumed_behind_durable else "")
-    if slo is not None and loss.lost_steps > slo:
-        fail(verifier, f"rpo {_number(loss.lost_steps)} steps > slo {slo:g} steps (missed by "
-                       f"{_number(loss.lost_steps - slo)} steps; {seconds} lost){warning}",
+    why = (f"progress from the {loss.sources['progress']}, resumed-from from the "
+           f"{loss.sources['resumed']}")
+    if verdict == "inconclusive":
+        bound = f"slo {slo:g} steps" if met_steps is None and slo is not None else \
+            f"slo {slo_s:g} s"
+        fail(verifier, f"inconclusive: {figure} against {bound}; the verdict hangs on the "
+                       f"unknown part ({why})", measurement)
+    if met_steps is False and slo is not None:
+        fail(verifier, f"rpo {loss.lost.text()} steps > slo {slo:g} steps (missed by "
+                       f"{_number(loss.lost.low - slo)} steps; {seconds} lost){warning}",
              measurement)
-    if slo_s is not None and loss.lost_s is not None and loss.lost_s > slo_s:
+    if met_s is False and slo_s is not None and loss.lost_s is not None:
         fail(verifier, f"rpo {loss.lost_s:.1f} s > slo {slo_s:g} s (missed by "
-                       f"{loss.lost_s - slo_s:.1f} s; {_number(loss.lost_steps)} steps lost)"
+                       f"{loss.lost_s - slo_s:.1f} s; {loss.lost.text()} steps lost)"
                        f"{warning}", measurement)
     bound = f" <= slo {slo:g} steps" if slo is not None else " (no slo)"
     record(verifier, met, measurement,
-           f"rpo {_number(loss.lost_steps)} steps{bound} ({seconds} lost; resumed from "
-           f"{_number(loss.resumed_from)}, progress was {_number(loss.progress_at_fault)})"
-           f"{warning}")
+           f"{figure}{bound} ({seconds} lost; resumed from {loss.resumed_from.text()}, "
+           f"progress was {loss.progress_at_fault.text()}; {why}){warning}")
     return result
 
 
@@ -242,17 +503,76 @@ class StreamLoss:
         return asdict(self)
 
 
+def _stream_verdict(lost: float, slo: float | None, detail: str,
+                    measurement: dict[str, Any]) -> None:
+    """Fail when ``lost`` misses ``slo``, else record the result."""
+    verifier = "rpo.stream_loss"
+    if slo is not None and lost > slo:
+        fail(verifier, f"stream lost {_number(lost)} messages > slo {slo:g} (missed by "
+                       f"{_number(lost - slo)}; {detail})", measurement)
+    bound = f" <= slo {slo:g}" if slo is not None else " (no slo)"
+    record(verifier, None if slo is None else True, measurement,
+           f"stream lost {_number(lost)} messages{bound} ({detail})")
+
+
+def _redis_stream_loss(spec: Mapping[str, Any], slo: float | None, *, fault_kind: str | None,
+                       settle_s: float, timeout_s: float, interval_s: float) -> dict[str, Any]:
+    verifier = "rpo.stream_loss"
+    measurement: dict[str, Any] = {"redis": dict(spec), "slo_messages": slo}
+    if not isinstance(spec, Mapping) or not {"url", "stream", "group"} <= set(spec):
+        fail(verifier, 'stream_loss: redis must be {"url", "stream", "group"}', measurement)
+    onset = _onset(fault_kind)
+    if onset is None:
+        fail(verifier, "stream_loss needs a fault onset: no fault was applied in this "
+                       "session", measurement)
+    clock = current().clock
+    deadline = clock.monotonic() + timeout_s
+    previous: GroupBacklog | None = None
+    still_since = clock.monotonic()
+    while True:
+        try:
+            backlog = group_backlog(str(spec["url"]), str(spec["stream"]), str(spec["group"]),
+                                    onset)
+        except GamedayError as exc:
+            fail(verifier, f"stream_loss: {exc}", measurement)
+        if backlog != previous:
+            previous, still_since = backlog, clock.monotonic()
+        if backlog.unacknowledged == 0 or clock.monotonic() - still_since >= settle_s or \
+                clock.monotonic() >= deadline:
+            break
+        clock.sleep(interval_s)
+    lost = float(backlog.unacknowledged)
+    result = {"onset": onset, "settled_at": clock.now(), "lost": lost,
+              "accepted": backlog.added, "committed": backlog.added - backlog.unacknowledged,
+              "pending": backlog.pending, "undelivered": backlog.undelivered,
+              "resolution_s": 0.001, "slo_messages": slo,
+              "met": None if slo is None else lost <= slo}
+    measurement.update(result)
+    _stream_verdict(lost, slo, f"{backlog.stream}/{backlog.group}: {backlog.added} added by "
+                    f"the fault, {backlog.pending} pending, {backlog.undelivered} never "
+                    f"delivered", measurement)
+    return result
+
+
 def _join_key(labels: dict[str, str], on: list[str] | None) -> str:
     kept = {key: value for key, value in labels.items()
             if key != "__name__" and (on is None or key in on)}
     return series_key(kept)
 
 
-def stream_loss(accepted: str, committed: str, prometheus_url: str | None = None,
+def stream_loss(accepted: str | None = None, committed: str | None = None,
+                prometheus_url: str | None = None,
                 slo_messages: float | None = None, on: list[str] | None = None,
                 fault_kind: str | None = None, settle_s: float = 5.0,
-                timeout_s: float = 60.0, interval_s: float = 0.5) -> dict[str, Any]:
+                timeout_s: float = 60.0, interval_s: float = 0.5,
+                redis: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure the messages a fault lost: offsets accepted at the fault minus committed.
+
+    From a Redis Streams consumer group, ``redis: {"url": "redis://HOST:PORT/DB",
+    "stream": NAME, "group": NAME}`` instead of PromQL: the entries added to the stream
+    by the fault (read from the stream's own millisecond ids, so exact) that the group
+    has not acknowledged once it settles — pending with a consumer that crashed, or
+    never delivered (``verifiers.redis_streams``).
 
     ``accepted`` is a PromQL expression for the offsets acknowledged to producers (e.g.
     a topic's log-end offset per partition), ``committed`` for the offsets made durable
@@ -274,9 +594,14 @@ def stream_loss(accepted: str, committed: str, prometheus_url: str | None = None
     verifier = "rpo.stream_loss"
     session = current()
     slo = slo_messages if slo_messages is not None else session.extension.slo.rpo_steps
+    if redis is not None:
+        return _redis_stream_loss(redis, slo, fault_kind=fault_kind, settle_s=settle_s,
+                                  timeout_s=timeout_s, interval_s=interval_s)
     measurement: dict[str, Any] = {"accepted": accepted, "committed": committed,
                                    "slo_messages": slo}
     try:
+        if accepted is None or committed is None:
+            raise GamedayError("needs accepted and committed (PromQL), or redis")
         if min(timeout_s, interval_s) <= 0 or settle_s < 0:
             raise GamedayError("need timeout_s, interval_s > 0 and settle_s >= 0")
         client = PromQL(prometheus_url_of(prometheus_url))
@@ -325,11 +650,7 @@ def stream_loss(accepted: str, committed: str, prometheus_url: str | None = None
     result = {**loss.to_json(), "slo_messages": slo, "met": met}
     measurement.update(result)
     worst = max(per_series, key=lambda item: item["lost"])
-    detail = f"{worst['series']} lost {_number(worst['lost'])}"
-    if slo is not None and loss.lost > slo:
-        fail(verifier, f"stream lost {_number(loss.lost)} messages > slo {slo:g} (missed by "
-                       f"{_number(loss.lost - slo)}; {detail})", measurement)
-    bound = f" <= slo {slo:g}" if slo is not None else " (no slo)"
-    record(verifier, met, measurement,
-           f"stream lost {_number(loss.lost)} messages{bound} over {len(per_series)} series")
+    detail = (f"{worst['series']} lost {_number(worst['lost'])}" if loss.lost else
+              f"over {len(per_series)} series")
+    _stream_verdict(loss.lost, slo, detail, measurement)
     return result

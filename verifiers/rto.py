@@ -3,8 +3,9 @@
 ``measure_recovery`` folds an SLI timeline (the run's recorder, ``gameday.engine.recorder``,
 or one it records itself) into detection and recovery instants. The onset is the
 agent's ``applied_at`` for the run's most recent fault. The service counts as recovered
-at the first OK sample of the run of OK samples that lasted ``stable_for_s`` seconds,
-and ``rto_s = recovered_at - onset``. Time to detect comes from the system's own signal
+between the last failing sample and the first OK sample of the run of OK samples that
+lasted ``stable_for_s`` seconds (the middle of that interval, ± half of it), and
+``rto_s = recovered_at - onset``. Time to detect comes from the system's own signal
 (``verifiers.detection``): the controller's event log or a PromQL expression.
 """
 
@@ -47,6 +48,7 @@ class RecoveryTracker:
     first_sample_at: float | None = None
     detected_at: float | None = None
     stable_since: float | None = None  # first OK sample of the current OK run
+    failed_before: float | None = None  # the failing sample just before that run
     last_at: float | None = None
     last_ok: bool | None = None
     last_error: str = ""
@@ -65,6 +67,7 @@ class RecoveryTracker:
         if probe.ok:
             if self.stable_since is None:
                 self.stable_since = t
+                self.failed_before = self.last_at if self.last_ok is False else None
         else:
             self.failures += 1
             self.stable_since = None
@@ -82,12 +85,26 @@ class RecoveryTracker:
 
     @property
     def recovered_at(self) -> float | None:
-        """The first OK sample of a run that held ``stable_for_s``; None until then."""
+        """The recovery instant of a run of OK samples that held ``stable_for_s``, placed
+        in the middle of its sampling interval (between the last failing sample and the
+        first OK one: the service recovered somewhere in there); the first OK sample when
+        none failed before it. None until then."""
         if self.stable_since is None or self.stable_for < self.stable_for_s:
             return None
         if self.expect_outage and self.detected_at is None:
             return None
-        return self.stable_since
+        if self.failed_before is None:
+            return self.stable_since
+        return max(self.onset, (self.failed_before + self.stable_since) / 2)
+
+    @property
+    def resolution_s(self) -> float | None:
+        """Half the interval the recovery instant lies in (``recovered_at ± this``)."""
+        if self.recovered_at is None or self.stable_since is None:
+            return None
+        if self.failed_before is None:
+            return 0.0
+        return round((self.stable_since - max(self.onset, self.failed_before)) / 2, 4)
 
     def timeline(self) -> list[list[Any]]:
         """``[t, ok]`` at every change of state, and the last sample."""
@@ -154,8 +171,9 @@ def measure_recovery(sli: dict[str, Any] | None = None, stable_for_s: float = 3.
 
     The onset is when the run's most recent fault was applied (the agent's
     ``applied_at``). ``detected_at`` is the first failing SLI sample after it (None if
-    the SLI never failed); ``recovered_at`` is the first OK sample of the run of OK
-    samples that lasted ``stable_for_s``; ``rto_s = recovered_at - onset``, at most
+    the SLI never failed); ``recovered_at`` lies between the last failing sample and the
+    first OK sample of the run of OK samples that lasted ``stable_for_s``: the middle of
+    that interval, ``rto_resolution_s`` its half width; ``rto_s = recovered_at - onset``, at most
     ``timeout_s`` of waiting. If the SLI never failed, ``recovered_at`` is the first
     sample after the onset (``rto_s`` is then an upper bound); with ``expect_outage:
     true`` the SLI must fail at least once before it can recover.
@@ -266,7 +284,8 @@ def conclude(tracker: RecoveryTracker, *, verifier: str, measurement: dict[str, 
     recover_met, recover_miss = _objective("time to recover", to_recover, recover_slo_s)
     result: dict[str, Any] = {
         "onset": tracker.onset, "detected_at": tracker.detected_at,
-        "recovered_at": recovered_at, "rto_s": rto, "slo_s": slo_s, "met": met,
+        "recovered_at": recovered_at, "rto_s": rto, "rto_resolution_s": tracker.resolution_s,
+        "slo_s": slo_s, "met": met,
         "samples": tracker.samples, "failures": tracker.failures,
         "system_detected_at": detected, "time_to_detect_s": to_detect,
         "detect_signal": None if detection is None else detection.what,
@@ -297,6 +316,11 @@ def conclude(tracker: RecoveryTracker, *, verifier: str, measurement: dict[str, 
              measurement)
     session.event("sli_recovered", at=recovered_at, sli=measurement.get("sli"), rto_s=rto)
     assert rto is not None
+    resolution = tracker.resolution_s or 0.0
+    if slo_s is not None and resolution and rto - resolution <= slo_s < rto + resolution:
+        measurement["verdict"] = "inconclusive"
+        fail(verifier, f"inconclusive: rto {rto:.3f} ± {resolution:.3f} s against slo "
+                       f"{slo_s:g} s; the verdict hangs on the sampling interval", measurement)
     misses = []
     if met is False:
         assert slo_s is not None
@@ -306,8 +330,9 @@ def conclude(tracker: RecoveryTracker, *, verifier: str, measurement: dict[str, 
     if misses:
         more = f" (and {len(misses) - 1} more missed)" if len(misses) > 1 else ""
         fail(verifier, misses[0] + more, measurement)
-    reason = (f"rto {_seconds(rto, slo_s)} s <= slo {slo_s:g} s" if slo_s is not None
-              else f"rto {_seconds(rto)} s (no slo)")
+    within = f" ± {tracker.resolution_s:.3f}" if tracker.resolution_s else ""
+    reason = (f"rto {_seconds(rto, slo_s)}{within} s <= slo {slo_s:g} s" if slo_s is not None
+              else f"rto {_seconds(rto)}{within} s (no slo)")
     if to_detect is not None:
         reason += f"; detected in {_seconds(to_detect)} s"
         if to_recover is not None:

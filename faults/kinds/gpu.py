@@ -67,6 +67,33 @@ GPU_OOM = FaultKind(
               "(CUDA_VISIBLE_DEVICES)",
 )
 
+GPU_MEMORY_LEAK = FaultKind(
+    name="gpu.memory_leak",
+    summary="device memory held by someone else grows at a rate up to a cap: the GPU's "
+            "free memory falls until the workload's next allocation fails",
+    module="faults.gpu",
+    func="memory_leak",
+    coverage_layer="device",
+    injected_at={"lab": "virtual", "host": "device"},
+    selector="gpu",
+    params=(
+        Param("rate_bytes_per_s", int, "bytes leaked per second (give this or "
+              "rate_fraction_per_s)", default=None, minimum=1, nullable=True),
+        Param("rate_fraction_per_s", float, "fraction of the GPU's free memory at the "
+              "start leaked per second, in (0, 1] (give this or rate_bytes_per_s)",
+              default=None, minimum=0.0, maximum=1.0, nullable=True),
+        Param("cap_bytes", int, "stop growing once this much is held (default: the cap "
+              "fraction)", default=None, minimum=1, nullable=True),
+        Param("cap_fraction", float, "stop growing once this fraction of the free memory "
+              "at the start is held, in (0, 1]", default=1.0, minimum=0.0, maximum=1.0),
+        Param("tick_s", float, "how often the held memory grows", default=0.5,
+              minimum=0.05, maximum=60.0),
+    ),
+    seen_through="DCGM_FI_DEV_FB_USED rising, DCGM_FI_DEV_FB_FREE falling; the "
+                 "workload's allocations fail (CUDA out of memory) once it crosses",
+    tags=("gpu", "memory", "leak", "oom", "hbm"),
+)
+
 GPU_XID = FaultKind(
     name="gpu.xid",
     summary="an Xid as the NVIDIA driver reports it: a kernel-log line in the driver's "
@@ -153,4 +180,5 @@ GPU_FALL_OFF_BUS = FaultKind(
 )
 
 
-KINDS: tuple[FaultKind, ...] = (GPU_ECC, GPU_OOM, GPU_XID, GPU_THERMAL, GPU_FALL_OFF_BUS)
+KINDS: tuple[FaultKind, ...] = (GPU_ECC, GPU_OOM, GPU_MEMORY_LEAK, GPU_XID, GPU_THERMAL,
+                                GPU_FALL_OFF_BUS)

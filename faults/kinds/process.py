@@ -3,7 +3,9 @@
 from faults.base import FaultKind, Param
 
 PROCESS_SELECTOR_DOC = ("which process: {shard: N} | {role: router} (lab) | {pid: N} | "
-                        "{name: COMM} | {cmdline: REGEX} (host), optionally with node: NAME")
+                        "{name: COMM} | {cmdline: REGEX} (host), narrowed or selected by "
+                        "env: {RANK: '1', TORCHELASTIC_RUN_ID: ID}, parent: {name: torchrun} "
+                        "(its children), cgroup: REGEX (host); optionally with node: NAME")
 
 _MAX = Param("max_processes", int, "refuse (nothing signalled) when the selector matches "
              "more processes than this", default=1, minimum=1, maximum=1000)

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -34,7 +35,7 @@ from gameday.lab.gpustate import (
     publish_node_state,
     read_node_state,
 )
-from gameday.lab.vfaults import VIRTUAL_FAULTS, VirtualFault
+from gameday.lab.vfaults import VIRTUAL_FAULTS, GrowingChange, VirtualFault
 from gameday.logs import writes_info
 
 __all__ = ["GpuState", "VirtualGpuBackend", "virtual_backend"]
@@ -107,6 +108,8 @@ class VirtualGpuBackend:
         self._lock = threading.Lock()
         self._log = log.bind()  # a logger as configured now, not a proxy per call
         self._batch = _OpenBatch()  # each thread's open batch
+        self._growing: dict[str, tuple[GrowingChange, float]] = {}
+        self._grower: threading.Thread | None = None
         state_dir.mkdir(parents=True, exist_ok=True)
         published = None if fresh else read_node_state(node_state_path(state_dir))
         known = published.gpus if published is not None else {}
@@ -142,8 +145,13 @@ class VirtualGpuBackend:
             values = vars(old)  # read directly: cheaper than getattr
             before = {name: values[name] for name, value in changes.items()
                       if values[name] != value}
+            for name in getattr(change, "grown_fields", ()):
+                before.setdefault(name, values[name])  # a growing fault: see _grow
             self._applied[fault_id] = _Applied(request.kind, change.gpu, before, (old, new))
             self._gpus[change.gpu] = new
+            if isinstance(change, GrowingChange):
+                self._growing[fault_id] = (change, time.monotonic())
+                self._start_growing()
             self._changed()
         if writes_info(self._log):
             self._log.info("fault_applied", fault_id=fault_id, kind=request.kind,
@@ -152,6 +160,7 @@ class VirtualGpuBackend:
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         with self._lock:
+            self._growing.pop(fault_id, None)
             applied = self._applied.pop(fault_id, None)
             if applied is None:
                 return
@@ -171,6 +180,33 @@ class VirtualGpuBackend:
         publishes even when the batch raises. Other threads' changes are published as
         they happen."""
         return _Batch(self)
+
+    # -- faults that grow (gpu.memory_leak) --------------------------------------------
+
+    def _start_growing(self) -> None:
+        """Under the lock: run the thread that grows growing faults, if none runs."""
+        if self._grower is None or not self._grower.is_alive():
+            self._grower = threading.Thread(target=self._grow, daemon=True,
+                                            name=f"grow-{self.node}")
+            self._grower.start()
+
+    def _grow(self) -> None:
+        """Every tick, set each growing fault's fields to their value by now; ends when
+        none is left."""
+        while True:
+            with self._lock:
+                if not self._growing:
+                    self._grower = None
+                    return
+                tick = min(change.tick_s for change, _ in self._growing.values())
+                now = time.monotonic()
+                for change, started in self._growing.values():
+                    current = self._gpus[change.gpu]
+                    grown = change.grow(current, now - started)
+                    if any(getattr(current, name) != value for name, value in grown.items()):
+                        self._gpus[change.gpu] = current.with_values(grown)
+                        self._changed()
+            time.sleep(tick)
 
     # -- for the node process ---------------------------------------------------------
 

@@ -3,7 +3,9 @@
 :class:`SignalFault` sends SIGKILL (kill: nothing to revert) or SIGSTOP (pause: revert,
 or ``duration_s`` later, sends SIGCONT) to the processes a resolver picks. Each process
 is remembered with its start time, so a revert never signals a process that reused the
-pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``);
+pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``; and
+:func:`select_processes`, by environment, parent and cgroup as well, for "rank 1 of
+this job" among workers with identical command lines).
 ``cmdline`` patterns are matched with RE2 (linear time: no pattern can stall the agent).
 
 Every parameter and target key is checked before anything is signalled
@@ -17,7 +19,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,8 @@ from gameday.errors import FaultRejected
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
            "Resolver", "SignalFault", "check_signal_request", "command_line", "compile_cmdline",
-           "find_processes", "process_ref", "process_state", "refusal", "thread_group"]
+           "find_processes", "parent_pid", "process_cgroup", "process_environ", "process_ref",
+           "process_state", "refusal", "select_processes", "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
 
@@ -51,6 +54,8 @@ _FAULTFS_MODULE = "gameday.node.faultfs"
 _TARGET_KEYS = frozenset({"pid", "name", "cmdline"})
 #: Keys that only say what a ``pid`` is (the engine resolves a lab shard or role to it).
 _PID_LABELS = frozenset({"shard", "role"})
+#: Filters that narrow a name/cmdline selector, or select alone.
+_FILTER_KEYS = frozenset({"env", "parent", "cgroup"})
 _PARAM_KEYS = {"process.kill": frozenset({"max_processes"}),
                "process.pause": frozenset({"max_processes", "duration_s"})}
 
@@ -135,18 +140,62 @@ def refusal(pid: int) -> str | None:
     return None
 
 
-def compile_cmdline(pattern: str) -> Any:
+def compile_cmdline(pattern: str, key: str = "cmdline") -> Any:
     """``pattern`` as an RE2 expression (linear-time matching; no backreferences or
-    lookaround); :class:`FaultRejected` when it is too long or not RE2 syntax."""
+    lookaround); :class:`FaultRejected` naming ``target.KEY`` when it is too long or not
+    RE2 syntax."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise FaultRejected(f"target.cmdline: at most {MAX_PATTERN_CHARS} characters, "
+        raise FaultRejected(f"target.{key}: at most {MAX_PATTERN_CHARS} characters, "
                             f"got {len(pattern)}")
     options = re2.Options()
     options.log_errors = False
     try:
         return re2.compile(pattern, options)
     except re2.error as exc:
-        raise FaultRejected(f"target.cmdline: not an RE2 pattern ({exc})") from None
+        raise FaultRejected(f"target.{key}: not an RE2 pattern ({exc})") from None
+
+
+def _check_selector(target: Mapping[str, Any], where: str = "target", depth: int = 0) -> None:
+    """A process selector: exactly one of ``pid``, ``name``, ``cmdline``, or filters alone
+    (``env``, ``parent``, ``cgroup``) that narrow a name/cmdline or stand alone."""
+    labels = _PID_LABELS if "pid" in target and depth == 0 else frozenset()
+    unknown = sorted(set(target) - _TARGET_KEYS - _FILTER_KEYS - labels)
+    if unknown:
+        raise FaultRejected(f"{where}.{unknown[0]} is unknown (known: cmdline, name, pid, env, "
+                            "parent, cgroup; shard or role only alongside a pid)")
+    given = [key for key in ("pid", "name", "cmdline") if key in target]
+    filters = [key for key in ("env", "parent", "cgroup") if key in target]
+    if len(given) > 1 or (not given and not filters) or ("pid" in target and filters):
+        raise FaultRejected(f"{where}: needs exactly one of pid, name or cmdline, or the "
+                            "filters env, parent, cgroup (a pid takes no filter)")
+    if given:
+        value = target[given[0]]
+        if given[0] == "pid":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**22:
+                raise FaultRejected(f"{where}.pid: must be a process id, got {value!r}")
+        elif not isinstance(value, str) or not value or "\0" in value:
+            raise FaultRejected(f"{where}.{given[0]}: must be a non-empty string, "
+                                f"got {value!r}")
+        elif given[0] == "name" and len(value) > 255:
+            raise FaultRejected(f"{where}.name: at most 255 characters")
+        elif given[0] == "cmdline":
+            compile_cmdline(value)
+    env = target.get("env")
+    if "env" in target and (not isinstance(env, Mapping) or not env or not all(
+            isinstance(k, str) and isinstance(v, str | int) and not isinstance(v, bool)
+            for k, v in env.items())):
+        raise FaultRejected(f"{where}.env: must be a mapping VAR: VALUE, got {env!r}")
+    if "cgroup" in target:
+        cgroup = target["cgroup"]
+        if not isinstance(cgroup, str) or not cgroup:
+            raise FaultRejected(f"{where}.cgroup: must be a non-empty string, got {cgroup!r}")
+        compile_cmdline(cgroup, "cgroup")
+    if "parent" in target:
+        parent = target["parent"]
+        if not isinstance(parent, Mapping) or depth >= 2:
+            raise FaultRejected(f"{where}.parent: must be a process selector (at most two "
+                                f"levels), got {parent!r}")
+        _check_selector(parent, f"{where}.parent", depth + 1)
 
 
 def check_signal_request(kind: str, request: FaultRequest, *,
@@ -154,28 +203,11 @@ def check_signal_request(kind: str, request: FaultRequest, *,
     """Refuse (:class:`FaultRejected`) an unknown target or parameter key, a bad pid,
     name or pattern, ``max_processes`` outside 1..``max_processes``, a bad
     ``duration_s``: before anything is looked up or signalled."""
-    labels = _PID_LABELS if "pid" in request.target else frozenset()
-    unknown = sorted(set(request.target) - _TARGET_KEYS - labels)
-    if unknown:
-        raise FaultRejected(f"target.{unknown[0]} is unknown (known: cmdline, name, pid; "
-                            "shard or role only alongside a pid)")
+    _check_selector(request.target)
     unknown = sorted(set(request.params) - _PARAM_KEYS[kind])
     if unknown:
         raise FaultRejected(f"params.{unknown[0]} is unknown for {kind} "
                             f"(known: {', '.join(sorted(_PARAM_KEYS[kind]))})")
-    given = [key for key in ("pid", "name", "cmdline") if key in request.target]
-    if len(given) != 1:
-        raise FaultRejected("target: needs exactly one of pid, name or cmdline")
-    value = request.target[given[0]]
-    if given[0] == "pid":
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**22:
-            raise FaultRejected(f"target.pid: must be a process id, got {value!r}")
-    elif not isinstance(value, str) or not value or "\0" in value:
-        raise FaultRejected(f"target.{given[0]}: must be a non-empty string, got {value!r}")
-    elif given[0] == "name" and len(value) > 255:
-        raise FaultRejected("target.name: at most 255 characters")
-    elif given[0] == "cmdline":
-        compile_cmdline(value)
     limit = request.params.get("max_processes", 1)
     if (isinstance(limit, bool) or not isinstance(limit, int)
             or not 1 <= limit <= max_processes):
@@ -295,3 +327,56 @@ def _continue(refs: list[ProcessRef]) -> None:
         if ref.current():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(ref.pid, signal.SIGCONT)
+
+
+def process_environ(pid: int) -> dict[str, str]:
+    """The environment ``pid`` started with (``/proc/PID/environ``; empty if unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (part.decode("utf-8", "replace").partition("=") for part in raw.split(b"\0")
+             if b"=" in part)
+    return {key: value for key, _, value in pairs}
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (None if gone)."""
+    stat = _stat(pid)
+    return int(stat[1][1]) if stat is not None else None
+
+
+def process_cgroup(pid: int) -> str:
+    """``/proc/PID/cgroup`` as text (one ``id:controllers:path`` line per hierarchy)."""
+    try:
+        return Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return ""
+
+
+def select_processes(*, name: str | None = None, cmdline: str | None = None,
+                     env: Mapping[str, str] | None = None,
+                     parents: Collection[int] | None = None,
+                     cgroup: str | None = None) -> list[int]:
+    """Pids that pass every filter given: ``name``/``cmdline`` as :func:`find_processes`,
+    ``env`` (each variable set to exactly that value in the process's environment, e.g.
+    ``{"RANK": "1", "TORCHELASTIC_RUN_ID": "job-7"}``), ``parents`` (a child of one of
+    these pids, e.g. the workers of a ``torchrun`` agent) and ``cgroup`` (a regular
+    expression searched in ``/proc/PID/cgroup``, one line per hierarchy, e.g. a
+    container id; RE2, matched line by line); never this process."""
+    pattern = compile_cmdline(cgroup, "cgroup") if cgroup else None
+    candidates = (find_processes(name=name, cmdline=cmdline) if name or cmdline else
+                  find_processes(cmdline=""))
+    found = []
+    for pid in candidates:
+        if parents is not None and parent_pid(pid) not in parents:
+            continue
+        if env:
+            environ = process_environ(pid)
+            if any(environ.get(key) != str(value) for key, value in env.items()):
+                continue
+        if pattern is not None and not any(pattern.search(line) for line in
+                                           process_cgroup(pid).splitlines()):
+            continue
+        found.append(pid)
+    return found

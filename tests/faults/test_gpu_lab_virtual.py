@@ -43,7 +43,8 @@ def backend(tmp_path: Path) -> VirtualGpuBackend:
 def test_every_gpu_kind_of_the_catalogue_has_a_virtual_backend(
         backend: VirtualGpuBackend) -> None:
     gpu_kinds = {name for name in CATALOGUE if name.startswith("gpu.")}
-    assert gpu_kinds == {"gpu.ecc", "gpu.oom", "gpu.xid", "gpu.thermal", "gpu.fall_off_bus"}
+    assert gpu_kinds == {"gpu.ecc", "gpu.oom", "gpu.memory_leak", "gpu.xid", "gpu.thermal",
+                         "gpu.fall_off_bus"}
     assert set(backend.kinds()) == gpu_kinds
     for name in gpu_kinds:
         kind = CATALOGUE[name]

@@ -1,6 +1,7 @@
 """The virtual backend: gpu.ecc validation, apply, idempotent revert, published state."""
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from gameday.lab.gpustate import (
     gpu_uuid,
     node_state_path,
 )
-from gameday.lab.shard import gpu_fault
+from gameday.lab.shard import gpu_fault, out_of_memory
 
 
 def ecc(gpu: Any = 0, **params: Any) -> FaultRequest:
@@ -36,7 +37,7 @@ def test_inventory_and_kinds(backend: VirtualGpuBackend) -> None:
                               "nvlink_domain": "node-0"}
     assert inv["gpus"][0]["uuid"].startswith("GPU-") and len(inv["gpus"][0]["uuid"]) == 40
     assert backend.kinds() == {kind: "virtual" for kind in (
-        "gpu.ecc", "gpu.oom", "gpu.xid", "gpu.thermal", "gpu.fall_off_bus")}
+        "gpu.ecc", "gpu.oom", "gpu.memory_leak", "gpu.xid", "gpu.thermal", "gpu.fall_off_bus")}
 
 
 @pytest.mark.parametrize(("request_", "names"), [
@@ -150,3 +151,39 @@ def test_a_gpu_state_copy_has_the_changed_values_and_only_fields() -> None:
     assert set(hot.to_json()) == GPU_FIELDS
     with pytest.raises(TypeError, match="no field 'temp'"):
         healthy.with_values({"temp": 1})
+
+
+def test_a_memory_leak_grows_to_its_cap_and_a_shard_allocation_fails_when_it_crosses(
+        backend: VirtualGpuBackend, tmp_path: Path) -> None:
+    """The leak grows in the published node state (what the node's exporter and shards
+    read): used memory rises tick by tick, the shard's next allocation fails once too
+    little is free, the cap holds, and reverting frees it all."""
+    watcher = GpuStateWatcher(node_state_path(tmp_path), 1)
+    start = watcher.current()
+    assert start is not None and out_of_memory(start, "node-0/gpu1") is None
+    request = FaultRequest("gpu.memory_leak", {"gpu": 1},
+                           {"rate_fraction_per_s": 0.5, "cap_fraction": 0.99, "tick_s": 0.1})
+    details = backend.apply("leak-1", request)
+    free = start.memory_total_mib - start.memory_used_mib
+    assert details["cap_mib"] == int(free * 0.99)
+    seen: list[int] = []
+    deadline = time.monotonic() + 20
+    while not seen or seen[-1] < start.memory_used_mib + details["cap_mib"]:
+        assert time.monotonic() < deadline, seen[-5:]
+        state = watcher.current()
+        assert state is not None
+        if not seen or state.memory_used_mib != seen[-1]:
+            seen.append(state.memory_used_mib)
+        time.sleep(0.05)
+    assert len(seen) > 3 and seen == sorted(seen)  # grew in steps, never shrank
+    time.sleep(0.3)
+    full = watcher.current()
+    assert full is not None and full.memory_used_mib == start.memory_used_mib + details["cap_mib"]
+    assert out_of_memory(full, "node-0/gpu1") is not None  # "CUDA out of memory"
+    backend.revert("leak-1", request)
+    after = watcher.current()
+    assert after is not None and after.memory_used_mib == start.memory_used_mib
+    time.sleep(0.3)  # the grower is gone: nothing grows back
+    assert backend.snapshot()[1].memory_used_mib == start.memory_used_mib
+    with pytest.raises(FaultRejected, match="exactly one of 'rate_bytes_per_s'"):
+        backend.apply("leak-2", FaultRequest("gpu.memory_leak", {"gpu": 1}, {}))

@@ -495,8 +495,8 @@ def test_the_real_libraries_say_why_they_are_unavailable_here(tmp_path: Path) ->
     assert KernelLog(str(tmp_path / "absent")).unavailable() is not None
     backend = host_backend("here")
     gpu_kinds = {k: r for k, r in backend.capabilities().items() if k.startswith("gpu.")}
-    assert set(gpu_kinds) == {"gpu.oom", "gpu.xid", "gpu.ecc", "gpu.fall_off_bus",
-                              "gpu.thermal"}
+    assert set(gpu_kinds) == {"gpu.oom", "gpu.memory_leak", "gpu.xid", "gpu.ecc",
+                              "gpu.fall_off_bus", "gpu.thermal"}
     assert all(reason for reason in gpu_kinds.values())
     assert backend.inventory()["gpus"] == []
     with pytest.raises(FaultRejected, match="cannot be applied on this host"):
@@ -533,3 +533,43 @@ def test_held_injection_restores_zero_where_dcgm_had_no_value() -> None:
     held.release()
     held.release()
     assert dcgm.latest(3, 150) == 0 and len(dcgm.injections) == 2
+
+
+def test_gpu_memory_leak_allocates_on_a_timer_up_to_its_cap(tmp_path: Path) -> None:
+    """Stand-in CUDA driver (no GPU here): the agent's timer allocates a step every tick
+    until the cap, and reverting frees every allocation and the context."""
+    host = make_host(tmp_path)
+    assert host.backend.kinds()["gpu.memory_leak"] == "device"
+    leak = request("gpu.memory_leak", 1, rate_bytes_per_s=4 * GIB, rate_fraction_per_s=None,
+                   cap_bytes=5 * GIB, cap_fraction=1.0, tick_s=0.05)
+    applied = host.backend.apply("leak-1", leak)
+    assert applied["step_bytes"] == GIB // 5 and applied["cap_bytes"] == 5 * GIB
+    deadline = time.monotonic() + 20
+    levels = []
+    while host.cuda.free[1] > 75 * GIB:
+        assert time.monotonic() < deadline, levels[-3:]
+        levels.append(host.cuda.free[1])
+        time.sleep(0.02)
+    time.sleep(0.3)
+    assert host.cuda.free[1] == 75 * GIB  # capped
+    assert len(set(levels)) > 3 and host.cuda.free[0] == 80 * GIB  # grew in steps, GPU 1
+    host.backend.revert("leak-1", leak)
+    host.backend.revert("leak-1", leak)
+    assert host.cuda.free[1] == 80 * GIB and host.cuda.contexts == {}
+    with pytest.raises(FaultRejected, match="exactly one of rate_bytes_per_s"):
+        host.backend.apply("leak-2", request("gpu.memory_leak", 1))
+
+
+def test_gpu_memory_leak_stops_growing_when_the_gpu_is_full(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    host.cuda.fail_after = 2
+    leak = request("gpu.memory_leak", 0, rate_fraction_per_s=0.01, tick_s=0.05)
+    host.backend.apply("leak-1", leak)
+    deadline = time.monotonic() + 20
+    while len(host.cuda.allocations) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.3)
+    assert len(host.cuda.allocations) == 2  # the failed allocation ended the growth
+    host.backend.revert("leak-1", leak)
+    assert host.cuda.free[0] == 80 * GIB and host.cuda.contexts == {}

@@ -19,7 +19,7 @@ from gameday.node.cgroups import detect
 from gameday.node.host.fusefs import FaultFsLayers
 from gameday.node.host.process import HostSignalFault
 from gameday.node.host.storage import FuseStorageFault
-from gameday.node.processes import find_processes, process_state
+from gameday.node.processes import find_processes, process_state, select_processes
 from tests.node.storage_support import PREFIX, PREFIX_ENV, assert_nothing_left
 from tests.waiting import wait_until
 
@@ -211,3 +211,35 @@ def test_denied_names_are_never_signalled(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_select_by_environment_parent_and_cgroup() -> None:
+    """Two workers with identical command lines, told apart by RANK; their parent picks
+    both; a cgroup expression matches what /proc/PID/cgroup holds."""
+    code = "import time; time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import os, subprocess, sys, time\n"
+                               "kids = [subprocess.Popen([sys.executable, '-c', "
+                               f"{code!r}], env={{**os.environ, 'RANK': str(r), "
+                               "'TORCHELASTIC_RUN_ID': 'sel-test'}) for r in (0, 1)]\n"
+                               "time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 20
+        workers: list[int] = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = select_processes(env={"TORCHELASTIC_RUN_ID": "sel-test"})
+            time.sleep(0.1)
+        assert len(workers) == 2
+        rank1 = select_processes(cmdline="time.sleep", env={"RANK": "1",
+                                                             "TORCHELASTIC_RUN_ID": "sel-test"})
+        assert len(rank1) == 1 and rank1[0] in workers
+        assert select_processes(parents=[parent.pid]) == workers
+        own = Path(f"/proc/{workers[0]}/cgroup").read_text().splitlines()[0].split(":", 2)[2]
+        assert workers[0] in select_processes(cgroup=f":{own}$".replace(".", r"\."),
+                                              env={"RANK": "0"})
+        assert select_processes(env={"RANK": "1", "TORCHELASTIC_RUN_ID": "other"}) == []
+    finally:
+        for pid in select_processes(parents=[parent.pid]):
+            os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()

@@ -156,7 +156,7 @@ def test_coverage_cli_with_reference_requirements(tmp_path: Path) -> None:
                       "playbooks/coverage/ai-infra-maturity.yaml"], env)
     assert result.returncode == 1, result.stderr
     assert "missing: CPU saturation (node.cpu_hog) at node level: 1 of 7" in result.stderr
-    assert "missing: GPU memory leak (gpu.oom) at container level: 0 of 12" in result.stderr
+    assert "missing: GPU memory leak (gpu.memory_leak) at container level: 0 of 12" in result.stderr
     assert "missing: inference API timeout (service.timeout) at service level: 0 of 9" in \
         result.stderr
     assert json.loads(result.stdout)["journals"] == 4

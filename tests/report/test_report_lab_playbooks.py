@@ -100,7 +100,7 @@ def test_audit_run_meets_its_coverage_and_reports(tmp_path: Path, lab_env: dict[
     assert len(cell["evidence"][0]["sha256"]) == 64
     result = gameday(["coverage", str(journals), "--require",
                       "playbooks/coverage/ai-infra-maturity.yaml"], lab_env)
-    assert result.returncode == 1 and "missing: GPU memory leak (gpu.oom)" in result.stderr
+    assert result.returncode == 1 and "missing: GPU memory leak (gpu.memory_leak)" in result.stderr
     journal = next(p for p in journals.glob("*-device-gpu-ecc.json"))
     html_path = tmp_path / "report.html"
     result = gameday(["report", str(journal), "-o", str(html_path)], lab_env)

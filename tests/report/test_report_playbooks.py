@@ -38,7 +38,7 @@ def test_shipped_playbooks_load() -> None:
         "device", "node", "container", "service", "network", "storage"}
     reference = load_requirements(PLAYBOOKS / "coverage" / "ai-infra-maturity.yaml")
     assert [(r.fault, r.layer, r.scenarios) for r in reference] == [
-        ("node.cpu_hog", "node", 7), ("gpu.oom", "container", 12),
+        ("node.cpu_hog", "node", 7), ("gpu.memory_leak", "container", 12),
         ("service.timeout", "service", 9)]
 
 

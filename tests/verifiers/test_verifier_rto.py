@@ -55,7 +55,8 @@ def test_tracker_finds_detection_and_the_final_stable_run() -> None:
         assert tracker.recovered_at is None
     tracker.add(103.5, Probe(True))
     assert tracker.detected_at == 100.5
-    assert tracker.recovered_at == 102.5
+    # between the last failing sample (102.0) and the first OK one of the stable run
+    assert tracker.recovered_at == 102.25 and tracker.resolution_s == 0.25
     assert (tracker.samples, tracker.failures) == (8, 3)
     assert tracker.timeline() == [[100.0, True], [100.5, False], [101.5, True], [102.0, False],
                                   [102.5, True], [103.5, True]]
@@ -76,19 +77,20 @@ def test_track_keeps_the_cadence_and_stops_at_the_deadline() -> None:
     assert tracker.recovered_at is None
 
 
-def test_rto_is_from_onset_to_the_first_ok_sample_of_the_stable_run() -> None:
+def test_rto_is_from_onset_to_the_middle_of_the_recovery_interval() -> None:
     clock = FakeClock(start=5000.0)
     result = run(clock, outage(clock, (5001.0, 5005.0), (5006.0, 5007.5)), slo_s=20)
     assert result["onset"] == 5000.0
     assert result["detected_at"] == pytest.approx(5001.0)
-    assert result["recovered_at"] == pytest.approx(5007.5)
-    assert result["rto_s"] == 7.5 and result["met"] is True and result["slo_s"] == 20
+    assert result["recovered_at"] == pytest.approx(5007.45)  # last failed at 5007.4
+    assert result["rto_s"] == 7.45 and result["rto_resolution_s"] == pytest.approx(0.05)
+    assert result["met"] is True and result["slo_s"] == 20
     assert result["failures"] == 55
     assert clock.now() == pytest.approx(5010.5)  # stopped once stable for 3 s
     from gameday.engine.session import current
     recorded = only_result(current())
     assert recorded.verifier == "rto.measure_recovery" and recorded.passed is True
-    assert recorded.reason == "rto 7.5 s <= slo 20 s"
+    assert recorded.reason == "rto 7.5 ± 0.050 s <= slo 20 s"
     assert [point[1] for point in recorded.measurement["timeline"]] == [
         True, False, True, False, True, True]
     assert [event.name for event in current().timeline] == ["sli_down", "sli_recovered"]
@@ -101,7 +103,7 @@ def test_missed_slo_says_by_how_much() -> None:
     assert str(caught.value) == "rto 23.4 s > slo 20 s (missed by 3.4 s)"
     from gameday.engine.session import current
     recorded = only_result(current())
-    assert recorded.passed is False and recorded.measurement["rto_s"] == 23.4
+    assert recorded.passed is False and recorded.measurement["rto_s"] == 23.35
     assert recorded.measurement["met"] is False
 
 
@@ -111,8 +113,12 @@ def test_a_near_miss_is_not_printed_as_equal() -> None:
     assert _seconds(0.04) == "0.040"
     clock = FakeClock(start=0.0)
     with pytest.raises(ActivityFailed) as caught:
-        run(clock, outage(clock, (0.0, 20.01)), slo_s=20.05)
-    assert str(caught.value) == "rto 20.100 s > slo 20.05 s (missed by 0.050 s)"
+        run(clock, outage(clock, (0.0, 20.01)), slo_s=19.99)
+    assert str(caught.value) == "rto 20.1 s > slo 19.99 s (missed by 0.060 s)"
+    with pytest.raises(ActivityFailed) as caught:  # the objective within the resolution
+        run(clock := FakeClock(start=0.0), outage(clock, (0.0, 20.01)), slo_s=20.06)
+    assert str(caught.value) == ("inconclusive: rto 20.050 ± 0.050 s against slo 20.06 s; "
+                                 "the verdict hangs on the sampling interval")
 
 
 def test_not_recovered_within_timeout() -> None:

@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -205,9 +205,10 @@ class PlacementServer(_JsonServer):
 
 
 class PrometheusUnderTest:
-    """A real Prometheus (1 s scrapes) and a prometheus_client exporter it scrapes."""
+    """A real Prometheus (1 s scrapes) and a prometheus_client exporter it scrapes (job
+    ``exporter``), and ``workloads`` (``host:port``, job ``workload``) when given."""
 
-    def __init__(self) -> None:
+    def __init__(self, workloads: Sequence[str] = ()) -> None:
         self.registry = CollectorRegistry()
         self.depth = Gauge("test_queue_depth", "queue depth", ["queue"],
                            registry=self.registry)
@@ -223,7 +224,10 @@ class PrometheusUnderTest:
                 "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                 "scrape_configs:\n"
                 "  - job_name: exporter\n"
-                f"    static_configs: [{{targets: ['127.0.0.1:{self.exporter_port}']}}]\n")
+                f"    static_configs: [{{targets: ['127.0.0.1:{self.exporter_port}']}}]\n"
+                + ("  - job_name: workload\n"
+                   f"    static_configs: [{{targets: {list(workloads)}}}]\n" if workloads
+                   else ""))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(os.path.join(self.dir, "log"), "w")  # noqa: SIM115 (closed in close)

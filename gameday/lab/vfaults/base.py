@@ -7,13 +7,14 @@ values; the backend records the values they had, and reverting restores them.
 """
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from gameday.errors import FaultRejected
 from gameday.lab.gpustate import GpuState
 
 __all__ = [
     "GpuChange",
+    "GrowingChange",
     "VirtualFault",
     "bool_param",
     "check_known",
@@ -40,6 +41,22 @@ class GpuChange(Protocol):
 
     def describe(self, applied: GpuState) -> dict[str, Any]:
         """Details worth recording about the applied fault (JSON-serialisable)."""
+        ...
+
+
+@runtime_checkable
+class GrowingChange(GpuChange, Protocol):
+    """A change that keeps changing while applied (a leak): the backend sets the fields
+    :meth:`grow` answers every ``tick_s``, and restores ``grown_fields`` on revert."""
+
+    @property
+    def tick_s(self) -> float: ...
+
+    @property
+    def grown_fields(self) -> tuple[str, ...]: ...
+
+    def grow(self, state: GpuState, elapsed_s: float) -> dict[str, Any]:
+        """The fields to set ``elapsed_s`` after the fault was applied."""
         ...
 
 

@@ -21,8 +21,8 @@ from typing import Final, Protocol
 
 from gameday.errors import FaultRejected
 
-__all__ = ["CHUNK_BYTES", "OOM_MARGIN_BYTES", "CudaDriver", "CudaError", "LibCuda",
-           "MemoryHold", "hold_memory"]
+__all__ = ["CHUNK_BYTES", "OOM_MARGIN_BYTES", "CudaDriver", "CudaError", "GrowingHold",
+           "LibCuda", "MemoryHold", "hold_memory"]
 
 #: Allocations are made in chunks of at most this size (fragmentation-friendly).
 CHUNK_BYTES: Final = 1 << 30
@@ -83,6 +83,70 @@ class MemoryHold:
             self.driver.destroy_context(self.context)
             self.context = 0
         self.held_bytes = 0
+
+
+class GrowingHold:
+    """Device memory on one GPU that grows by ``step_bytes`` every ``tick_s`` (a leak) up
+    to ``cap_bytes``, on a timer thread, until :meth:`release`. Growth stops for good
+    when an allocation fails (the GPU is full): what is held stays held."""
+
+    def __init__(self, driver: CudaDriver, *, pci_bus_id: str | None, ordinal: int,
+                 rate_bytes_per_s: int | None = None, rate_fraction_per_s: float | None = None,
+                 cap_bytes: int | None = None, cap_fraction: float = 1.0,
+                 tick_s: float = 0.5) -> None:
+        if (rate_bytes_per_s is None) == (rate_fraction_per_s is None):
+            raise FaultRejected("gpu.memory_leak: give exactly one of rate_bytes_per_s or "
+                                "rate_fraction_per_s")
+        try:
+            context = driver.create_context(driver.device(pci_bus_id, ordinal))
+        except CudaError as exc:
+            raise FaultRejected(f"gpu.memory_leak: {exc}") from None
+        self.hold = MemoryHold(driver, context)
+        try:
+            free, total = driver.mem_get_info(context)
+        except CudaError as exc:
+            self.hold.release()
+            raise FaultRejected(f"gpu.memory_leak: {exc}") from None
+        self.hold.free_before, self.hold.total = free, total
+        rate = rate_bytes_per_s if rate_bytes_per_s is not None else \
+            free * (rate_fraction_per_s or 0.0)
+        self.step_bytes = max(1, math.floor(rate * tick_s))
+        self.cap_bytes = min(free, cap_bytes if cap_bytes is not None
+                             else math.floor(free * cap_fraction))
+        self.tick_s = tick_s
+        self.stopped_by: str | None = None  # why it stopped growing, once it has
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-leak")
+        self._thread.start()
+
+    @property
+    def held_bytes(self) -> int:
+        return self.hold.held_bytes
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                size = min(self.step_bytes, self.cap_bytes - self.hold.held_bytes)
+                if size <= 0:
+                    self.stopped_by = "cap"
+                    return
+                try:
+                    self.hold.pointers.append(self.hold.driver.mem_alloc(self.hold.context,
+                                                                        size))
+                except CudaError as exc:
+                    self.stopped_by = str(exc)
+                    return
+                self.hold.held_bytes += size
+
+    def release(self) -> None:
+        """Stop growing and free everything (idempotent)."""
+        self._stop.set()
+        with self._lock:
+            self.hold.release()
+        self._thread.join(timeout=5)
 
 
 def hold_memory(driver: CudaDriver, *, pci_bus_id: str | None, ordinal: int,

@@ -1,23 +1,6 @@
 """The real GPU fault handlers of the host backend.
 
-=====================  ===============  ===================================================
-kind                   injected_at      what really happens on the host
-=====================  ===============  ===================================================
-``gpu.oom``            device           the agent holds device memory (CUDA driver API),
-                                        its context's cost counted, a margin kept free
-``gpu.xid``            log              an Xid line in ``/dev/kmsg`` (LOG_USER: log readers
-                                        only); DCGM field 230 where DCGM can inject
-``gpu.ecc``            telemetry        DCGM fields 310/311 (counts) and 230; an Xid line
-                                        with ``xid``
-``gpu.fall_off_bus``   telemetry        DCGM field 230 = 79 only (the GPU stays)
-``gpu.thermal``        telemetry        DCGM fields 150, 112, 100; with
-                       device-settings  ``allow_device_settings`` the power limit lowered
-=====================  ===============  ===================================================
-
-A DCGM value the exporter the probes read does not show makes that fault's layer
-``telemetry (DCGM cache only)`` (``details.injected_at``). Xids 79, 119 and 120 are never
-written as kernel-log lines (:data:`XIDS_REFUSED_AS_LINES`).
-
+=====================  ===============  ============================================
 GPUs are addressed by NVML index (the agent's inventory); CUDA devices are found by
 PCI bus id and DCGM's by UUID, so the three agree. Each library sits behind a Protocol
 (:class:`~gameday.node.host.nvml.Nvml`, :class:`~gameday.node.host.cuda.CudaDriver`,
@@ -42,6 +25,7 @@ from gameday.node.host.cuda import (
     OOM_MARGIN_BYTES,
     CudaDriver,
     CudaError,
+    GrowingHold,
     LibCuda,
     MemoryHold,
     hold_memory,
@@ -301,6 +285,41 @@ class GpuOomHost(_GpuHandler):
             hold.release()
 
 
+class GpuMemoryLeakHost(_GpuHandler):
+    """``gpu.memory_leak``: device memory the agent allocates on a timer (CUDA driver API)."""
+
+    kind = "gpu.memory_leak"
+    injected_at = "device"
+
+    def __init__(self, host: GpuHost) -> None:
+        super().__init__(host)
+        self._leaks: dict[str, GrowingHold] = {}
+
+    def unavailable(self) -> str | None:
+        return self.host.cuda.unavailable() or self.host.nvml.unavailable()
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        index = self.host.index(self.kind, request)
+        params = request.params
+        leak = GrowingHold(self.host.cuda, pci_bus_id=self.host.nvml.pci_bus_id(index),
+                           ordinal=index, rate_bytes_per_s=params.get("rate_bytes_per_s"),
+                           rate_fraction_per_s=params.get("rate_fraction_per_s"),
+                           cap_bytes=params.get("cap_bytes"),
+                           cap_fraction=float(params.get("cap_fraction") or 1.0),
+                           tick_s=float(params.get("tick_s") or 0.5))
+        with self._lock:
+            self._leaks[fault_id] = leak
+        return {"gpu": index, "step_bytes": leak.step_bytes, "tick_s": leak.tick_s,
+                "cap_bytes": leak.cap_bytes, "free_before": leak.hold.free_before,
+                "total": leak.hold.total}
+
+    def revert(self, fault_id: str, request: FaultRequest) -> None:
+        with self._lock:
+            leak = self._leaks.pop(fault_id, None)
+        if leak is not None:
+            leak.release()
+
+
 class GpuXidHost(_GpuHandler):
     """``gpu.xid``: an Xid line in the kernel log (as the driver writes it, but from user
     space), and DCGM's Xid field."""
@@ -509,8 +528,8 @@ class GpuThermalHost(_GpuHandler):
 
 def gpu_handlers(host: GpuHost) -> list[HostFault]:
     """The GPU handlers over ``host`` (the first lists the host's GPUs in the inventory)."""
-    return [GpuOomHost(host, lists_inventory=True), GpuXidHost(host), GpuEccHost(host),
-            GpuFallOffBusHost(host), GpuThermalHost(host)]
+    return [GpuOomHost(host, lists_inventory=True), GpuMemoryLeakHost(host), GpuXidHost(host),
+            GpuEccHost(host), GpuFallOffBusHost(host), GpuThermalHost(host)]
 
 
 def handlers() -> list[HostFault]:

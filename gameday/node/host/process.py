@@ -2,9 +2,14 @@
 (SIGSTOP, SIGCONT on revert or after ``duration_s``).
 
 Target ``{"pid": N}``, ``{"name": COMM}`` (command name or argv[0]'s basename, like
-``pgrep -x``) or ``{"cmdline": REGEX}`` (like ``pgrep -f``), found through ``/proc``;
-more matches than ``params.max_processes`` (1..64) is refused, and the fixed denylist
-(:func:`gameday.node.processes.refusal`) is never signalled.
+``pgrep -x``) or ``{"cmdline": REGEX}`` (like ``pgrep -f``), narrowed (or selected
+alone) by ``{"env": {VAR: VALUE}}`` (``/proc/PID/environ``: ``RANK``, ``LOCAL_RANK``,
+``TORCHELASTIC_RUN_ID``), ``{"parent": {"name"|"cmdline"|"pid": ...}}`` (children of
+the matching processes, e.g. a ``torchrun`` agent's workers) and ``{"cgroup": REGEX}``
+(``/proc/PID/cgroup``, e.g. a container id), found through ``/proc``;
+more matches than ``params.max_processes`` is refused, and init and the agent itself
+are never signalled, nor anything the fixed denylist
+(:func:`gameday.node.processes.refusal`) names.
 """
 
 from collections.abc import Mapping
@@ -12,7 +17,7 @@ from typing import Any
 
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
-from gameday.node.processes import PROCESS_KINDS, SignalFault, find_processes
+from gameday.node.processes import PROCESS_KINDS, SignalFault, find_processes, select_processes
 
 __all__ = ["HostSignalFault", "handlers", "resolve_host_process"]
 
@@ -24,9 +29,34 @@ def resolve_host_process(target: Mapping[str, Any], params: Mapping[str, Any]) -
     if pid is not None:
         return [int(pid)]
     name, cmdline = target.get("name"), target.get("cmdline")
+    if any(key in target for key in ("env", "parent", "cgroup")):
+        return _select_host_processes(target)
     if not name and not cmdline:
-        raise FaultRejected("target: needs pid, name or cmdline")
-    return find_processes(name=name or None, cmdline=cmdline or None)
+        raise FaultRejected("target: needs pid, name, cmdline, env, parent or cgroup")
+    try:
+        return find_processes(name=name or None, cmdline=cmdline or None)
+    except Exception as exc:  # a bad regular expression
+        raise FaultRejected(f"target.cmdline: {exc}") from None
+
+
+def _select_host_processes(target: Mapping[str, Any]) -> list[int]:
+    """The processes a selector with ``env``, ``parent`` or ``cgroup`` names."""
+    env = target.get("env")
+    if env is not None and (not isinstance(env, Mapping) or not env):
+        raise FaultRejected(f"target.env: must be a mapping VAR: VALUE, got {env!r}")
+    parents: list[int] | None = None
+    parent = target.get("parent")
+    if parent is not None:
+        if not isinstance(parent, Mapping) or not parent:
+            raise FaultRejected(f"target.parent: must be a process selector, got {parent!r}")
+        parents = resolve_host_process(parent, {})
+    try:
+        return select_processes(name=target.get("name") or None,
+                                cmdline=target.get("cmdline") or None,
+                                env={str(k): str(v) for k, v in (env or {}).items()},
+                                parents=parents, cgroup=target.get("cgroup") or None)
+    except Exception as exc:  # a bad regular expression
+        raise FaultRejected(f"target: {exc}") from None
 
 
 class HostSignalFault(SignalFault):

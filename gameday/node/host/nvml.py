@@ -3,7 +3,8 @@
 :class:`Nvml` is the seam; :class:`LibNvml` implements it with ``pynvml`` (the
 ``nvidia-ml-py`` package) over the driver's ``libnvidia-ml.so.1``. Reads: count, name,
 UUID, PCI bus id, memory, temperature, SM clock (current and max), ECC volatile totals,
-clocks-event reasons, power limit, MIG and compute modes. Settings (root; only
+clocks-event reasons, power limit, MIG and compute modes (and, outside the seam, the
+persistence mode and the driver and CUDA driver versions). Settings (root; only
 ``gpu.thermal`` with ``allow_device_settings: true`` uses one): the power limit
 (``nvmlDeviceSetPowerManagementLimit``, restored to its earlier value). The locked-clock
 calls stay in the seam for completeness, but no fault uses them: NVML cannot read an
@@ -20,7 +21,7 @@ from typing import Any, Final, Protocol
 
 __all__ = ["COMPUTE_MODES_NOT_SHARED", "HAVE_PYNVML", "GpuReading", "LibNvml", "Nvml",
            "NvmlDeprecated", "NvmlError", "NvmlFunctionMissing", "NvmlNoPermission",
-           "NvmlNotSupported", "read_gpu"]
+           "NvmlNotSupported", "cuda_version_text", "read_gpu"]
 
 _pynvml: Any
 try:
@@ -163,6 +164,11 @@ def read_gpu(nvml: Nvml, index: int) -> GpuReading:
                       clocks_event_reasons=_optional(nvml.clocks_event_reasons, index))
 
 
+def cuda_version_text(code: int) -> str:
+    """NVML's CUDA driver version code as CUDA writes it: ``12.4`` for 12040."""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
 def _nvml_error(name: str, exc: Exception) -> NvmlError:
     """``exc`` (a pynvml ``NVMLError``) as the :class:`NvmlError` that says what it means."""
     message = f"{name}: {exc}"
@@ -286,3 +292,17 @@ class LibNvml:
 
     def compute_mode(self, index: int) -> int:
         return int(self._device("nvmlDeviceGetComputeMode", index))
+
+    def persistence_mode(self, index: int) -> bool:
+        return int(self._device("nvmlDeviceGetPersistenceMode", index)) == 1
+
+    def driver_version(self) -> str:
+        return _text(self._call("nvmlSystemGetDriverVersion"))
+
+    def cuda_driver_version(self) -> str:
+        """``12.4`` for NVML's 12040 (``..._v2``, else the older unversioned call)."""
+        try:
+            version = int(self._call("nvmlSystemGetCudaDriverVersion_v2"))
+        except NvmlFunctionMissing:
+            version = int(self._call("nvmlSystemGetCudaDriverVersion"))
+        return cuda_version_text(version)

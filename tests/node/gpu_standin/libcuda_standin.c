@@ -1,8 +1,14 @@
 /* STAND-IN for the CUDA driver (libcuda.so.1): the driver calls gameday's gpu.oom makes,
- * over two pretend devices of 8 GiB each. Test helpers: standin_* functions. */
+ * over two pretend devices of 8 GiB each, 1 GiB of each used by others before any
+ * allocation (as NVML's stand-in reports). Test helpers: standin_* functions. Device
+ * memory is per process unless $STANDIN_CUDA_SHARED names a file: then every process
+ * loading the stand-in counts its use there, as processes share a real GPU's memory. */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -11,7 +17,9 @@ typedef unsigned long long CUdeviceptr;
 
 #define MAX_ALLOCS 4096
 static const size_t TOTAL = 8ULL << 30;
-static size_t used[2];
+static const size_t OTHERS = 1ULL << 30;
+static size_t local_used[2];
+static size_t *used = local_used;
 static int initialised;
 static CUcontext stack[64];
 static int depth;
@@ -21,7 +29,26 @@ typedef struct { int device; } context_t;
 
 static int current_device(void) { return depth ? ((context_t *)stack[depth - 1])->device : -1; }
 
-CUresult cuInit(unsigned int flags) { if (flags) return 1; initialised = 1; return 0; }
+/* the shared use counts of $STANDIN_CUDA_SHARED, mapped into this process */
+static void share_used(void) {
+    const char *path = getenv("STANDIN_CUDA_SHARED");
+    void *mapped;
+    int fd;
+    if (!path || used != local_used) return;
+    fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return;
+    if (ftruncate(fd, sizeof local_used) != 0) { close(fd); return; }
+    mapped = mmap(NULL, sizeof local_used, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mapped != MAP_FAILED) used = mapped;
+}
+
+CUresult cuInit(unsigned int flags) {
+    if (flags) return 1;
+    share_used();
+    initialised = 1;
+    return 0;
+}
 
 CUresult cuGetErrorName(CUresult error, const char **name) {
     switch (error) {
@@ -70,7 +97,7 @@ CUresult cuCtxDestroy_v2(CUcontext context) { free(context); live_contexts--; re
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     int device = current_device();
     if (device < 0) return 201;
-    *free_bytes = TOTAL - used[device];
+    *free_bytes = TOTAL - OTHERS - used[device];
     *total = TOTAL;
     return 0;
 }
@@ -78,13 +105,13 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
 CUresult cuMemAlloc_v2(CUdeviceptr *pointer, size_t size) {
     int device = current_device();
     if (device < 0) return 201;
-    if (size > TOTAL - used[device]) return 2;
+    if (size > TOTAL - OTHERS - used[device]) return 2;
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (!allocs[i].ptr) {
             allocs[i].ptr = 0x7f0000000000ULL + (CUdeviceptr)i * 0x100000ULL + 0x1000;
             allocs[i].size = size;
             allocs[i].device = device;
-            used[device] += size;
+            __atomic_add_fetch(&used[device], size, __ATOMIC_SEQ_CST);
             *pointer = allocs[i].ptr;
             return 0;
         }
@@ -96,7 +123,7 @@ CUresult cuMemFree_v2(CUdeviceptr pointer) {
     if (current_device() < 0) return 201;
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].ptr == pointer) {
-            used[allocs[i].device] -= allocs[i].size;
+            __atomic_sub_fetch(&used[allocs[i].device], allocs[i].size, __ATOMIC_SEQ_CST);
             allocs[i].ptr = 0;
             return 0;
         }

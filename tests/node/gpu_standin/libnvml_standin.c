@@ -1,8 +1,10 @@
 /* STAND-IN for NVML (libnvidia-ml.so.1): the calls pynvml makes for the reads and
  * settings gameday uses, over two pretend GPUs; GPU 1 supports neither ECC counters nor
  * locked clocks. Used memory is the CUDA stand-in's, when that is loaded. Built with
- * -DSTANDIN_OLD_DRIVER it is an older driver's: no nvmlDeviceGetTemperatureV, and the
- * clocks-event reasons only under their old name (...ClocksThrottleReasons). */
+ * -DSTANDIN_OLD_DRIVER it is an older driver's: no nvmlDeviceGetTemperatureV, no
+ * nvmlSystemGetCudaDriverVersion_v2, and the clocks-event reasons only under their old
+ * name (...ClocksThrottleReasons). Driver 550.54.15 with CUDA 12.4; persistence mode on
+ * for GPU 0, off for GPU 1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -23,6 +25,17 @@ static int index_of(void *handle) { return (int)((uintptr_t)handle - 0x100); }
 
 int nvmlInit_v2(void) { return 0; }
 int nvmlInitWithFlags(unsigned int flags) { return flags == 0 ? 0 : 2; }
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    snprintf(version, length, "550.54.15");
+    return 0;
+}
+
+#ifdef STANDIN_OLD_DRIVER
+int nvmlSystemGetCudaDriverVersion(int *version) { *version = 12040; return 0; }
+#else
+int nvmlSystemGetCudaDriverVersion_v2(int *version) { *version = 12040; return 0; }
+#endif
 
 const char *nvmlErrorString(int result) {
     return result == 3 ? "Not Supported" : result == 2 ? "Invalid Argument" : "Unknown Error";
@@ -149,6 +162,11 @@ int nvmlDeviceGetMigMode(void *h, unsigned int *current, unsigned int *pending) 
     (void)h;
     *current = 0;
     *pending = 0;
+    return 0;
+}
+
+int nvmlDeviceGetPersistenceMode(void *h, int *mode) {
+    *mode = index_of(h) == 0;
     return 0;
 }
 

@@ -17,11 +17,13 @@ INJECTION_LAYERS = ("device", "driver", "telemetry", "network", "storage", "proc
 
 @dataclass(frozen=True)
 class FaultRequest:
-    """What to inject: a fault kind (``gpu.ecc``), its target on this node, its parameters."""
+    """What to inject: a fault kind (``gpu.ecc``), its target on this node, its parameters,
+    and the caller's request id (its idempotency key; ``""``: none)."""
 
     kind: str
     target: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
+    request_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": dict(self.target), "params": dict(self.params)}

@@ -21,17 +21,20 @@ __all__ = [
     "MAX_BATCH_BODY_BYTES",
     "MAX_BATCH_ITEMS",
     "MAX_BODY_BYTES",
+    "MAX_REQUEST_ID",
     "MINIMAL_FIELDS",
     "PREFER_MINIMAL",
     "REVERT_REASONS",
     "Outcome",
     "RevertReason",
     "check_lease",
+    "check_request_id",
     "decode_body",
     "parse_batch_ids",
     "parse_batch_inject",
     "parse_inject",
     "parse_renew",
+    "parse_resolve",
     "prefers_minimal",
 ]
 
@@ -66,7 +69,10 @@ MINIMAL_FIELDS: Final[dict[Outcome, tuple[str, ...]]] = {
     "renewed": ("id", "lease_s", "expires_at"),
 }
 
-_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s")
+_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s", "request_id")
+_RESOLVE_FIELDS: Final = ("request_ids",)
+#: Longest request id (an idempotency key) the agent accepts.
+MAX_REQUEST_ID: Final = 128
 _RENEW_FIELDS: Final = ("lease_s",)
 _BATCH_INJECT_FIELDS: Final = ("faults",)
 _BATCH_IDS_FIELDS: Final = ("ids",)
@@ -136,10 +142,12 @@ def _json_type(value: object) -> str:
 
 
 def parse_inject(body: object) -> tuple[FaultRequest, float]:
-    """Parse ``{"kind", "target", "params"?, "lease_s"}`` into a request and its lease.
+    """Parse ``{"kind", "target", "params"?, "lease_s", "request_id"?}`` into a request
+    and its lease.
 
     ``kind`` (non-empty string), ``target`` (object) and ``lease_s`` are required;
-    ``params`` (object) defaults to ``{}``; any other field is refused.
+    ``params`` (object) defaults to ``{}``; ``request_id`` (1..128 printable ASCII
+    characters) is the caller's idempotency key; any other field is refused.
     """
     obj = _json_object(body, "body")
     _check_fields(obj, _INJECT_FIELDS)
@@ -152,8 +160,30 @@ def parse_inject(body: object) -> tuple[FaultRequest, float]:
     target = _json_object(obj["target"], "target")
     params = _json_object(obj.get("params", {}), "params")
     lease_s = check_lease(obj["lease_s"])
+    request_id = check_request_id(obj["request_id"], "request_id") if "request_id" in obj else ""
     # made without the frozen dataclass's __init__: once per item of a batch
-    return construct(FaultRequest, {"kind": kind, "target": target, "params": params}), lease_s
+    return construct(FaultRequest, {"kind": kind, "target": target, "params": params,
+                                    "request_id": request_id}), lease_s
+
+
+def check_request_id(value: object, where: str) -> str:
+    """A request id (idempotency key): 1..128 printable ASCII characters, no space."""
+    if (not isinstance(value, str) or not 1 <= len(value) <= MAX_REQUEST_ID
+            or not all("!" <= c <= "~" for c in value)):
+        raise InvalidInput(f"{where} must be 1 to {MAX_REQUEST_ID} printable ASCII "
+                           f"characters, got {_json_type(value)}")
+    return value
+
+
+def parse_resolve(body: object) -> list[str]:
+    """Parse ``{"request_ids": [request id, ...]}`` (1..1024 distinct request ids)."""
+    obj = _json_object(body, "body")
+    _check_fields(obj, _RESOLVE_FIELDS)
+    ids = [check_request_id(value, f"request_ids[{index}]")
+           for index, value in enumerate(_batch_list(obj, "request_ids"))]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("request_ids holds an id more than once")
+    return ids
 
 
 def parse_renew(body: object) -> float | None:

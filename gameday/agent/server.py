@@ -42,6 +42,7 @@ from gameday.agent.protocol import (
     parse_batch_inject,
     parse_inject,
     parse_renew,
+    parse_resolve,
     prefers_minimal,
 )
 from gameday.agent.registry import (
@@ -51,6 +52,7 @@ from gameday.agent.registry import (
     FaultConflict,
     FaultGone,
     FaultRegistry,
+    RequestResolved,
     RevertFailed,
     UnknownFault,
 )
@@ -67,7 +69,7 @@ IDLE_CONNECTION_S: Final = 60.0
 _PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics", "/openapi.json"})
 _TOKEN_CHARS: Final = re.compile(r"[\x21-\x7e]+")
 _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
-                                 "/v1/faults:batch-renew"})
+                                 "/v1/faults:batch-renew", "/v1/requests:resolve"})
 
 
 class _HTTPFailure(BadRequestHead):
@@ -250,6 +252,8 @@ class AgentServer:
             raise _HTTPFailure(404, str(exc)) from None
         except FaultConflict as exc:
             raise _HTTPFailure(409, str(exc), existing=exc.existing.id) from None
+        except RequestResolved as exc:
+            raise _HTTPFailure(409, str(exc)) from None
         except FaultGone as exc:
             raise _HTTPFailure(410, str(exc), **exc.fault.to_json()) from None
         except RevertFailed as exc:
@@ -305,6 +309,10 @@ class AgentServer:
         return _batch_reply(ids, self.registry.renew_many(ids, lease_s),
                             minimal="renewed" if request.minimal else None)
 
+    def _resolve(self, request: _Request) -> _Reply:
+        ids = parse_resolve(decode_body(request.body or b""))
+        return _json_reply(200, {"requests": [r.to_json() for r in self.registry.resolve(ids)]})
+
     def _get(self, request: _Request, fault_id: str) -> _Reply:
         return _fault_reply(200, self.registry.get(fault_id))
 
@@ -324,6 +332,8 @@ def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return 404, {}
     if isinstance(exc, FaultConflict):
         return 409, {"existing": exc.existing.id}
+    if isinstance(exc, RequestResolved):
+        return 409, {}
     if isinstance(exc, FaultGone):
         return 410, {"fault": exc.fault.to_json()}
     if isinstance(exc, AgentClosing):
@@ -358,6 +368,7 @@ _FIXED_ROUTES: Final[dict[str, dict[str, _Route]]] = {
     "/v1/faults:batch": {"POST": AgentServer._inject_batch},
     "/v1/faults:batch-revert": {"POST": AgentServer._revert_batch},
     "/v1/faults:batch-renew": {"POST": AgentServer._renew_batch},
+    "/v1/requests:resolve": {"POST": AgentServer._resolve},
 }
 #: Endpoints with a fault id in their path (none of them is a fixed one).
 _ID_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [

@@ -402,6 +402,7 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
     started = time.monotonic()
     target = session.require_target()
     lease = session.lease(lease_s)
+    requests = session.intend(requests, lease=lease, action=action)  # before any is sent
     several = len({request.node for request in requests}) > 1  # batches land one by one
 
     def apply(node: str, batch: list["InjectRequest"]
@@ -428,7 +429,8 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
 
         return Then(client.start_inject_many([  # copied there
             {"kind": request.kind, "target": request.target, "params": request.params,
-             "lease_s": lease} for request in batch], minimal=True), finish)
+             "lease_s": lease, "request_id": request.request_id} for request in batch],
+            minimal=True), finish)
 
     done: list[_Outcome[InjectRequest]] = []
     try:
@@ -436,6 +438,7 @@ def inject_requests(session: "Session", requests: Sequence["InjectRequest"], *,
     finally:  # even when interrupted: what was applied is recorded (then rolled back)
         with signals.deferred():
             session.record_applied([o.value for o in done if o.error is None])
+            session.not_applied([(o.job, o.error) for o in done if o.error is not None])
     entries = [o.value for o in outcomes if o.error is None]  # in the order of requests
     if len(outcomes) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error  # one target: its own error, nothing to roll back

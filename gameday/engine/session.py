@@ -6,6 +6,7 @@ actions inject through it, verifiers read the fault onset and record their resul
 it, and closing it reverts everything still in the ledger.
 """
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
 from gameday.engine.verdicts import VerifierResult
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
-from gameday.evidence.ledger import FaultEntry, Ledger
+from gameday.evidence.ledger import FaultEntry, Intent, Ledger, new_request_ids
 from gameday.experiment.extension import Extension
 from gameday.safety.locks import TargetLocks, target_key
 from gameday.safety.targetconfig import TargetConfig
@@ -40,6 +41,7 @@ class InjectRequest:
     kind: str
     target: Mapping[str, Any]
     params: Mapping[str, Any] = field(default_factory=dict)
+    request_id: str = ""  # its idempotency key and intent's id (given by the session)
 
     def label(self) -> str:
         """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
@@ -152,9 +154,14 @@ class Session:
         client = self.require_target().agent(node)
         self.admit(node, target)
         lease = self.lease(lease_s)
-        fault = client.inject(kind, target, params, lease)
-        entry = self.entry(InjectRequest(node, kind, target, params), client.url, fault,
-                           lease=lease, action=action)
+        [request] = self.intend([InjectRequest(node, kind, target, params)], lease=lease,
+                                action=action)
+        try:
+            fault = client.inject(kind, target, params, lease, request_id=request.request_id)
+        except AgentError as exc:
+            self.not_applied([(request, exc)])
+            raise
+        entry = self.entry(request, client.url, fault, lease=lease, action=action)
         if record:
             self.record_applied([entry])
         return entry
@@ -170,6 +177,63 @@ class Session:
         from gameday.engine.fanout import FanoutOptions, inject_requests
         return inject_requests(self, requests, action=action, lease_s=lease_s,
                                options=options or FanoutOptions())
+
+    def intend(self, requests: Sequence["InjectRequest"], *, lease: float, action: str = ""
+               ) -> list["InjectRequest"]:
+        """Give each request a request id and record their intents in the ledger (one
+        fsync'd write) before any of them is sent; returns the requests with their ids."""
+        target = self.require_target()
+        named = [dataclasses.replace(request, request_id=request_id) for request, request_id
+                 in zip(requests, new_request_ids(len(requests)), strict=True)]
+        urls = {node: target.agent(node).url for node in {r.node for r in named}}
+        self.ledger.record_intents([
+            Intent(request_id=r.request_id, kind=r.kind, node=r.node, agent_url=urls[r.node],
+                   target=dict(r.target), params=dict(r.params), lease_s=lease, action=action)
+            for r in named])
+        return named
+
+    def not_applied(self, failed: Sequence[tuple["InjectRequest", BaseException]]) -> None:
+        """Record failed requests as not applied: those never sent (any error but an
+        :class:`AgentError`) and those the agent refused; one without an answer (an
+        :class:`AgentError` without ``status``) stays open, for :meth:`resolve_intents`."""
+        self.ledger.record_not_applied([
+            (request.request_id, str(exc).strip().splitlines()[0] if str(exc).strip()
+             else type(exc).__name__) for request, exc in failed
+            if request.request_id and not (isinstance(exc, AgentError) and exc.status is None)])
+
+    def resolve_intents(self) -> list[str]:
+        """Ask the agents about this run's requests whose answer was never read: each is
+        reverted if the agent applied it, and refused from now on if not (one request
+        per agent); the outcome is recorded. Returns one line per request left open."""
+        by_node: dict[str, list[Intent]] = {}
+        failures: list[str] = []
+        for intent in self.ledger.open_intents():
+            if intent.via == "agent":
+                by_node.setdefault(intent.node, []).append(intent)
+                continue
+            try:  # a route's revert is idempotent: it tells whether the change was there
+                reverted_at, why = self.routes[intent.via].revert(intent.entry(self.clock.now()))
+            except (GamedayError, KeyError) as exc:
+                failures.append(f"{intent.kind} request {intent.request_id} on {intent.node} "
+                                f"via {intent.via}: {exc}")
+                continue
+            held = why == "requested"
+            self.ledger.record_resolved(intent.request_id, "reverted" if held else "not_held",
+                                        intent.request_id if held else None, reverted_at)
+        for node, intents in by_node.items():
+            try:
+                answers = self.require_target().agent(node).resolve_requests(
+                    [intent.request_id for intent in intents])
+            except (AgentError, TargetUnavailable) as exc:
+                failures.extend(f"{i.kind} request {i.request_id} on {node}: {exc}"
+                                for i in intents)
+                continue
+            for answer in answers:
+                fault = answer.get("fault") or {}
+                self.ledger.record_resolved(str(answer.get("request_id")),
+                                            str(answer.get("outcome")), fault.get("id"),
+                                            fault.get("reverted_at"))
+        return failures
 
     def lease(self, lease_s: float | None = None) -> float:
         """The lease a fault gets: ``lease_s``, else the extension's ``lease_s``."""
@@ -200,7 +264,8 @@ class Session:
             target=dict(request.target), params=dict(request.params),
             injected_at=str(fault.get("injected_at", "")),
             applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
-            lease_s=lease, action=action, details=dict(fault.get("details") or {}))
+            lease_s=lease, action=action, details=dict(fault.get("details") or {}),
+            request_id=request.request_id)
 
     def record_applied(self, entries: Sequence[FaultEntry]) -> None:
         """Record applied agent faults (one fsync'd ledger write), put them on the
@@ -216,6 +281,13 @@ class Session:
             entry = entries[0]
             log.info("fault applied", id=entry.id, kind=entry.kind, node=entry.node,
                      target=entry.target, injected_at=entry.injected_at)
+
+    def intend_external(self, intent: Intent, route: FaultRoute) -> None:
+        """Record the intent of a change about to be made other than through an agent
+        (``intent.via``), which ``route`` renews and reverts (and resolves, if its
+        outcome is never recorded)."""
+        self.routes[intent.via] = route
+        self.ledger.record_intents([intent])
 
     def record_external(self, entry: FaultEntry, route: FaultRoute) -> None:
         """Record a fault applied other than through an agent (``entry.via``, e.g. a
@@ -239,8 +311,11 @@ class Session:
         return failures
 
     def revert_all(self, reason: str = "rollback") -> list[str]:
-        """Revert every fault still active in the ledger; return one line per failure."""
+        """Revert every fault still active in the ledger, and resolve the requests whose
+        answer was never read; return one line per failure."""
         failures: list[str] = self._revert_routed(reason)
+        if self.target is not None:
+            failures += self.resolve_intents()
         if self.target is not None and len(self.ledger.active()) > 1:  # many: concurrently
             from gameday.engine.fanout import revert_entries
             revert_entries(self, self.ledger.active(), reason)

@@ -18,7 +18,7 @@ from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 from gameday.engine import session as sessions
-from gameday.errors import InvalidInput
+from gameday.errors import AgentError, InvalidInput
 from gameday.targets.base import Target, read_lab_document
 
 __all__ = ["kill", "pause", "resume", "revert"]
@@ -114,8 +114,13 @@ def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
     with failing_activity():
         node, agent_target = resolve_process(selector)
         check_nodes(session, node)
-        entry = session.inject(node=node, kind=kind.name, target=agent_target, params=params,
-                               action=action, lease_s=lease_s)
+        try:
+            entry = session.inject(node=node, kind=kind.name, target=agent_target,
+                                   params=params, action=action, lease_s=lease_s)
+        except AgentError as exc:
+            if exc.status == 403:  # a protected process: nothing signalled, the run exits 2
+                session.refused = f"{kind.name} refused: {exc}"
+            raise
     return {"faults": [{"id": entry.id, "node": node, "target": entry.target,
                         "injected_at": entry.injected_at, "applied_at": entry.applied_at,
                         "expires_at": entry.expires_at, "details": entry.details}]}

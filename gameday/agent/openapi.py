@@ -78,7 +78,8 @@ def spec() -> dict[str, Any]:
                         "responses": {"200": {"description": "faults"}, **_errors(401)}},
                 "post": {"requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/InjectRequest"}}}},
-                    "responses": {"201": _FAULT, **_errors(400, 401, 409, 411, 413, 503)}},
+                    "responses": {"201": _FAULT,
+                                  **_errors(400, 401, 403, 409, 411, 413, 503)}},
             },
             "/v1/faults/{fault_id}": {
                 "parameters": [_FAULT_ID],
@@ -99,7 +100,7 @@ def spec() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
                 "responses": {"201": {"description": "the faults, in order"},
-                              **_errors(400, 401, 409, 411, 413, 503)}}},
+                              **_errors(400, 401, 403, 409, 411, 413, 503)}}},
             "/v1/faults:batch-revert": {"post": {
                 "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {

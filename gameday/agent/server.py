@@ -57,7 +57,7 @@ from gameday.agent.registry import (
     UnknownFault,
 )
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import FaultRejected, GamedayError, InvalidInput
+from gameday.errors import FaultRejected, GamedayError, InvalidInput, ProtectedTarget
 
 __all__ = ["AgentServer"]
 
@@ -246,6 +246,8 @@ class AgentServer:
             return route(self, request, *params)
         except _HTTPFailure:
             raise
+        except ProtectedTarget as exc:
+            raise _HTTPFailure(403, str(exc)) from None
         except (InvalidInput, FaultRejected) as exc:
             raise _HTTPFailure(400, str(exc)) from None
         except UnknownFault as exc:
@@ -326,6 +328,8 @@ class AgentServer:
 
 def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """The status (and extra answer fields) an error of one fault maps to."""
+    if isinstance(exc, ProtectedTarget):
+        return 403, {}
     if isinstance(exc, InvalidInput | FaultRejected):
         return 400, {}
     if isinstance(exc, UnknownFault):

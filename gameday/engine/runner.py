@@ -28,6 +28,7 @@ from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import signals
 from gameday.engine.progress import ProgressPrinter
+from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
 from gameday.errors import GamedayError, InvalidInput
 from gameday.evidence.journal import write_journal
@@ -115,6 +116,8 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
                                "extensions[gameday].target)", file=str(loaded.path),
                                path=f"method[{position}]",
                                line=loaded.line_of(f"method[{position}]"))
+        refuse_self_signal(kind.name, arguments, target,
+                           f"{loaded.path}: method[{position}] {activity.get('name')!r}")
         if kind.selector == "gpu":
             try:
                 gpus = target.resolve_gpus(arguments.get("gpu") or {}, where=f"{where}.gpu")
@@ -278,7 +281,7 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
     if session.breach:
         error = f"{error}; {session.breach}" if error else session.breach
     verdict = judge(journal, signal_exit=signals.STATE.exit_code, error=error,
-                    revert_failures=failures)
+                    revert_failures=failures, refused=session.refused)
     if verdict.status == "interrupted":
         journal["status"] = "interrupted"
     journal["gameday"] = {

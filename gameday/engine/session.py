@@ -88,6 +88,7 @@ class Session:
         self.locks = TargetLocks(ledger_path.parent / "locks" if ledger_path else None,
                                  self.run_id)
         self.breach: str | None = None  # why a safeguard interrupted the run
+        self.refused: str | None = None  # why an agent refused a fault as invalid (exit 2)
         self._fleet: int | None = None
 
     # -- target --------------------------------------------------------------------

@@ -3,8 +3,11 @@
 
 Target ``{"pid": N}``, ``{"name": COMM}`` (command name or argv[0]'s basename, like
 ``pgrep -x``) or ``{"cmdline": REGEX}`` (like ``pgrep -f``), found through ``/proc``;
-more matches than ``params.max_processes`` is refused, and init and the agent itself
-are never signalled.
+more matches than ``params.max_processes`` is refused (naming every match), and so is
+a selector that matches a protected process
+(:func:`gameday.node.processes.protected_processes`: PID 1, the agent and its
+ancestors, gameday orchestrators and their ancestors, agents, fault filesystems, the
+lab supervisor).
 """
 
 from collections.abc import Mapping

@@ -31,7 +31,7 @@ from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
 from gameday.errors import GamedayError, InvalidInput
-from gameday.evidence.journal import write_journal
+from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.report.terminal import print_verdict
@@ -136,10 +136,11 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
     return planned
 
 
-def _default_journal_path(experiment_path: Path) -> Path:
+def _default_journal_path(experiment_path: Path, run_id: str) -> Path:
+    """``$GAMEDAY_JOURNALS/<UTC stamp>-<experiment>-<run id>.json``: unique per run."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     slug = re.sub(r"[^a-z0-9-]+", "-", experiment_path.stem.lower()).strip("-") or "experiment"
-    return paths.journals_dir() / f"{stamp}-{slug}.json"
+    return paths.journals_dir() / f"{stamp}-{slug}-{run_id}.json"
 
 
 def _environment() -> dict[str, Any]:
@@ -182,6 +183,9 @@ def run(options: RunOptions) -> RunOutcome:
 
         sign_key = signing.load_private(options.sign_key)
     kind = options.target or loaded.extension.target or "none"
+    if options.journal_path is not None and options.journal_path.exists():
+        raise JournalExists(f"--journal-path {options.journal_path} already exists; journals "
+                            "are never replaced")
     signals.reset()
     signals.install()
     lab_lease = _LabLease(options.lab_dir, options.out)
@@ -301,10 +305,17 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
         "verdict": verdict.to_json(),
         "environment": _environment(),
     }
-    journal_path = options.journal_path or _default_journal_path(options.path)
+    journal_path = options.journal_path or _default_journal_path(options.path, session.run_id)
     journal = scrub(journal, _secrets(experiment, target))
     with signals.deferred():
-        write_journal(journal_path, journal, sign_key)
+        try:
+            write_journal(journal_path, journal, sign_key)
+        except JournalExists:  # appeared during the run: kept, this one written beside it
+            kept = journal_path
+            journal_path = kept.with_name(f"{kept.stem}-{session.run_id}{kept.suffix}")
+            write_journal(journal_path, journal, sign_key)
+            print(f"gameday: {kept} appeared during the run and is kept; this run's "
+                  f"journal is {journal_path.name}", file=sys.stderr)
     print_verdict(journal, options.out)
     print(f"journal: {journal_path}", file=options.out)
     return RunOutcome(verdict.exit_code, journal_path, verdict)

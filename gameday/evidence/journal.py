@@ -4,6 +4,8 @@ Each journal carries the SHA-256 of the journal written before it in the same
 directory (``gameday.previous_sha256``), so an edit or a deletion breaks the chain;
 ``.chain-head`` names the newest journal and its digest. Writers in one directory take
 an ``flock`` on ``.chain-head.lock`` so concurrent runs extend the chain one at a time.
+A journal is never replaced: writing one where a file already is raises
+:class:`JournalExists` (the chain is left as it was).
 With a signing key (``gameday.evidence.signing``) the journal records the public key and a
 detached Ed25519 signature over its exact bytes is written as ``JOURNAL.sig``.
 ``gameday audit verify DIR`` (``gameday.evidence.audit``) checks all of it.
@@ -17,11 +19,39 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gameday.errors import InvalidInput
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 CHAIN_FILE = ".chain-head"
 CHAIN_LOCK = ".chain-head.lock"
+
+
+class JournalExists(InvalidInput):
+    """A journal (or any file) is already where one was to be written; nothing was
+    replaced."""
+
+
+def atomic_create(path: Path, data: bytes) -> None:
+    """Write ``data`` as a new file ``path``, whole or not at all, never over an existing
+    file (:class:`JournalExists`): a temp file in the same directory, fsync'd, then
+    hard-linked to ``path`` (which fails if ``path`` exists) and unlinked."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            raise JournalExists(f"{path} already exists; journals are never replaced "
+                                "(pass another --journal-path)") from None
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    _sync_directory(path.parent)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -37,11 +67,15 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+    _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    handle = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(handle)
     finally:
-        os.close(directory)
+        os.close(handle)
 
 
 def encode(journal: dict[str, Any]) -> bytes:
@@ -50,7 +84,9 @@ def encode(journal: dict[str, Any]) -> bytes:
 
 def write_journal(path: Path, journal: dict[str, Any],
                   sign_key: "Ed25519PrivateKey | None" = None) -> str:
-    """Chain (and optionally sign) and write a journal; return its SHA-256."""
+    """Chain (and optionally sign) and write a journal as a new file; return its
+    SHA-256. Raises :class:`JournalExists` (and leaves the chain as it was) if ``path``
+    already exists."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = os.open(path.parent / CHAIN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -68,7 +104,7 @@ def write_journal(path: Path, journal: dict[str, Any],
             section["signature"] = signing.declaration(sign_key)
         data = encode(journal)
         digest = hashlib.sha256(data).hexdigest()
-        atomic_write(path, data)
+        atomic_create(path, data)
         if sign_key is not None:
             atomic_write(signing.signature_path(path), signing.sign(sign_key, data))
         atomic_write(head, f"{digest} {path.name}\n".encode())

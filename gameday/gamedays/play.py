@@ -14,6 +14,7 @@ the whole playbook and stopped at the end.
 
 import datetime
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -134,7 +135,9 @@ class _ConsoleLines:
 
 
 def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    """The UTC second and a random suffix: two plays started in one second differ."""
+    return (datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+            + f"-{uuid.uuid4().hex[:8]}")
 
 
 def _targets(playbook: Playbook, planned: list[PlannedExperiment]) -> set[str]:

@@ -37,25 +37,31 @@ def atomic_create(path: Path, data: bytes) -> None:
     """Write ``data`` as a new file ``path``, whole or not at all, never over an existing
     file (:class:`JournalExists`): a temp file in the same directory, fsync'd, then
     hard-linked to ``path`` (which fails if ``path`` exists) and unlinked."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    temp = _synced_temp(path, data)
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            raise JournalExists(f"{path} already exists; journals are never replaced "
-                                "(pass another --journal-path)") from None
+        os.link(temp, path)
+    except FileExistsError:
+        raise JournalExists(f"{path} already exists; journals are never replaced "
+                            "(pass another --journal-path)") from None
     finally:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
     _sync_directory(path.parent)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory, fsync it, then rename over ``path``."""
+    temp = _synced_temp(path, data)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _sync_directory(path.parent)
+
+
+def _synced_temp(path: Path, data: bytes) -> Path:
+    """A new temp file beside ``path`` (its directory made if need be) holding ``data``,
+    fsync'd."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -63,11 +69,10 @@ def atomic_write(path: Path, data: bytes) -> None:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    _sync_directory(path.parent)
+    return Path(temp)
 
 
 def _sync_directory(directory: Path) -> None:

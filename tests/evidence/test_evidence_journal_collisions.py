@@ -23,6 +23,14 @@ WRITER = ("import sys, pathlib\n"
           "    write_journal(out / f'{tag}-{n}.json', {'status': 'completed', 'n': n})\n")
 
 
+def _passing_experiment(path: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "version": "1.0.0", "title": "passes", "description": "one probe that passes",
+        "method": [{"type": "probe", "name": "ok", "provider": {
+            "type": "python", "module": "tests.fixtures.acts", "func": "ok"}}]}))
+    return path
+
+
 def test_an_existing_journal_is_never_replaced(tmp_path: Path) -> None:
     write_journal(tmp_path / "j.json", {"status": "completed"})
     before = (tmp_path / "j.json").read_bytes()
@@ -48,11 +56,7 @@ def test_concurrent_writers_keep_one_linear_chain(tmp_path: Path) -> None:
 
 def test_two_runs_of_one_experiment_in_one_second_write_two_journals(tmp_path: Path) -> None:
     """The seen case: the same experiment twice at once wrote one default name."""
-    path = tmp_path / "same.yaml"
-    path.write_text(yaml.safe_dump({
-        "version": "1.0.0", "title": "twice", "description": "at once",
-        "method": [{"type": "probe", "name": "ok", "provider": {
-            "type": "python", "module": "tests.fixtures.acts", "func": "ok"}}]}))
+    path = _passing_experiment(tmp_path / "same.yaml")
     env = env_for(tmp_path)
     runs = [subprocess.Popen([GAMEDAY, "run", str(path)], env=env, cwd=REPO, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -69,11 +73,7 @@ def test_two_runs_of_one_experiment_in_one_second_write_two_journals(tmp_path: P
 
 
 def test_run_refuses_a_journal_path_that_exists(tmp_path: Path) -> None:
-    path = tmp_path / "e.yaml"
-    path.write_text(yaml.safe_dump({
-        "version": "1.0.0", "title": "t", "description": "d",
-        "method": [{"type": "probe", "name": "ok", "provider": {
-            "type": "python", "module": "tests.fixtures.acts", "func": "ok"}}]}))
+    path = _passing_experiment(tmp_path / "e.yaml")
     taken = tmp_path / "taken.json"
     taken.write_text("{}")
     done = gameday(["run", str(path), "--journal-path", str(taken)], env_for(tmp_path))

@@ -42,7 +42,8 @@ from gameday.targets.base import open_target
 
 log = structlog.get_logger("gameday.controls")
 
-__all__ = ["after_activity_control", "after_experiment_control", "after_method_control",
+__all__ = ["after_activity_control", "after_experiment_control", "after_hypothesis_control",
+           "after_method_control",
            "before_activity_control", "before_method_control", "cleanup_control",
            "configure_control"]
 
@@ -78,8 +79,19 @@ def before_activity_control(context: dict[str, Any], **_: Any) -> None:
     timeouts.arm(context)
 
 
-def after_activity_control(context: dict[str, Any], **_: Any) -> None:
+def after_activity_control(context: dict[str, Any], state: dict[str, Any] | None = None,
+                           **_: Any) -> None:
     timeouts.disarm()
+    if isinstance(state, dict) and state.get("status") == "failed":
+        sessions.current().doubt(f"{context.get('type', 'activity')} "
+                                 f"{context.get('name', '?')!r} failed")
+
+
+def after_hypothesis_control(context: dict[str, Any], state: dict[str, Any] | None = None,
+                             **_: Any) -> None:
+    """Note an unmet steady state in the session (its outputs are then no evidence)."""
+    if isinstance(state, dict) and not state.get("steady_state_met", True):
+        sessions.current().doubt(f"steady state {context.get('title', '')!r} unmet")
 
 
 def before_method_control(context: dict[str, Any],

@@ -12,6 +12,7 @@ the same run, a digest given literally, or a golden file.
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -229,15 +230,31 @@ def verify_predictions(endpoint: str, golden: str = "capture", rows: int = 32, c
 def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: int = 0,
                 inputs_file: str | None = None, timeout_s: float = 10.0, request: Any = None,
                 outputs: str = "outputs", outputs_shape: str | None = None,
-                dtype: str = "float64") -> dict[str, Any]:
+                dtype: str = "float64", overwrite: bool = False) -> dict[str, Any]:
     """Ask ``endpoint`` for the golden outputs now and write them to the JSON file ``path``.
 
     The file (``{"digest", "outputs", "inputs", ...}``) can then be given as ``golden``
     to ``matches_golden`` in later runs, e.g. a release gate that compares every build
     with a known-good one. Returns ``{"path", "digest", "rows", "cols"}``.
+
+    A golden file is evidence: an existing one is replaced only with ``overwrite: true``
+    (else this fails, naming it); and nothing is written once the run has a failed
+    verifier or probe or an unmet steady state: then it returns ``{"path", "skipped":
+    true, "why"}`` and records the skip (not a failure of its own).
     """
     verifier = "prediction_hash.save_golden"
     measurement: dict[str, Any] = {"endpoint": endpoint, "path": path}
+    doubts = current().doubts()
+    if doubts:
+        why = f"not saved: {doubts[0]}" + (f" (and {len(doubts) - 1} more)"
+                                           if len(doubts) > 1 else "")
+        skipped = {"path": path, "skipped": True, "why": why}
+        record(verifier, None, {**measurement, **skipped}, f"golden {path} {why}")
+        return skipped
+    target = Path(path)
+    if target.exists() and not overwrite:
+        fail(verifier, f"golden file {path} exists; pass overwrite: true to replace it",
+             measurement)
     try:
         inputs = resolve_inputs(rows, cols, seed, inputs_file)
         answer = _predict(endpoint, inputs, timeout_s, _Api(request, outputs, outputs_shape,
@@ -246,11 +263,10 @@ def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: 
                     "outputs": answer,
                     "inputs": inputs, "inputs_key": inputs_key(inputs), "endpoint": endpoint,
                     "captured_at": current().clock.now()}
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(target.name + ".tmp")
-        temporary.write_text(json.dumps(document) + "\n", encoding="utf-8")
-        temporary.replace(target)
+        _write_golden(target, (json.dumps(document) + "\n").encode("utf-8"), overwrite)
+    except FileExistsError:
+        fail(verifier, f"golden file {path} appeared meanwhile; pass overwrite: true to "
+             "replace it", measurement)
     except (GamedayError, OutputsError) as exc:
         fail(verifier, str(exc), measurement)
     except OSError as exc:
@@ -261,3 +277,18 @@ def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: 
     record(verifier, None, {**measurement, **result},
            f"saved golden sha256 {_short(str(document['digest']))} to {path}")
     return result
+
+
+def _write_golden(target: Path, data: bytes, overwrite: bool) -> None:
+    """Write ``data`` to ``target`` whole: renamed over it (``overwrite``), else linked
+    to its name, which raises :class:`FileExistsError` if a file is there."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    try:
+        if overwrite:
+            temporary.replace(target)
+        else:
+            os.link(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)

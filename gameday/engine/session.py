@@ -89,6 +89,7 @@ class Session:
                                  self.run_id)
         self.breach: str | None = None  # why a safeguard interrupted the run
         self.refused: str | None = None  # why an agent refused a fault as invalid (exit 2)
+        self._doubts: list[str] = []  # why this run's outputs are no evidence (see doubt)
         self._fleet: int | None = None
 
     # -- target --------------------------------------------------------------------
@@ -349,6 +350,20 @@ class Session:
             if not result.name:
                 result.name = self.activity
             self.results.append(result)
+
+    def doubt(self, reason: str) -> None:
+        """Note that this run's outputs are not evidence from now on (a probe failed, a
+        steady state was unmet): ``reason`` is one line."""
+        with self._lock:
+            self._doubts.append(reason)
+
+    def doubts(self) -> list[str]:
+        """Why this run's outputs are not evidence: each failed verifier, and what
+        :meth:`doubt` noted; empty while all is well."""
+        with self._lock:
+            failed = [f"verifier {r.name or r.verifier} failed: {r.reason}"
+                      for r in self.results if r.passed is False]
+            return failed + list(self._doubts)
 
     def event(self, name: str, /, **detail: Any) -> None:
         self.events(name, [detail])

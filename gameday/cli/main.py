@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="validate experiments; inject nothing")
     validate.add_argument("experiments", type=Path, nargs="+")
+    validate.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
+                          help="a configuration value, as given to run (repeatable)")
 
     faults = commands.add_parser("faults", help="the fault catalogue")
     faults.add_argument("--json", action="store_true")
@@ -88,11 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_validate(experiments: list[Path]) -> int:
+def _cmd_validate(experiments: list[Path], variables: dict[str, str]) -> int:
     from gameday.experiment.loader import load_experiment
 
     for path in experiments:
-        load_experiment(path)
+        load_experiment(path, variables)
         print(f"{path}: valid")
     return 0
 
@@ -187,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 options.lab_dir = args.lab_dir.absolute()
             return run_safely(options)
         if args.command == "validate":
-            return _cmd_validate(args.experiments)
+            return _cmd_validate(args.experiments, parse_vars(args.var))
         if args.command == "faults":
             return _cmd_faults(args.json, args.markdown)
         if args.command == "lab":

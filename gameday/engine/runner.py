@@ -175,7 +175,7 @@ class _LabLease:
 
 def run(options: RunOptions) -> RunOutcome:
     """Run one experiment file; return its exit code (and journal path)."""
-    loaded = load_experiment(options.path)
+    loaded = load_experiment(options.path, options.variables)
     config = targetconfig.from_environment(options.target_config)
     sign_key = None
     if options.sign_key:

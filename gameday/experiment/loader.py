@@ -2,8 +2,10 @@
 
 The YAML is composed once into nodes so every key path maps to its line; the
 structure is checked here with precise paths, then the toolkit's own validation runs,
-then every fault action's arguments are checked against the fault catalogue. Nothing
-here injects anything.
+then every fault action's arguments are checked against the fault catalogue. An
+argument that is one ``"${key}"`` with a known value (the experiment's configuration,
+``--var``) is converted to its parameter's declared type first
+(:mod:`gameday.experiment.variables`). Nothing here injects anything.
 """
 
 import importlib
@@ -19,6 +21,7 @@ import yaml
 from faults.catalogue import by_activity
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import Extension, parse_extension
+from gameday.experiment.variables import annotated_types, configuration_values, type_arguments
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 32
@@ -103,14 +106,20 @@ def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return document, lines
 
 
-def load_experiment(path: Path) -> LoadedExperiment:
-    """Read and validate an experiment; every error is one line with file, path and line."""
+def load_experiment(path: Path, variables: Mapping[str, str] | None = None
+                    ) -> LoadedExperiment:
+    """Read and validate an experiment (with ``variables``, the ``--var`` values); every
+    error is one line with file, path and line."""
     document, lines = read_document(path)
     loaded = LoadedExperiment(path=path, experiment=document, lines=lines,
                               extension=Extension())
     try:
         _check_structure(document)
         loaded.extension = parse_extension(document)
+        type_arguments(_activities(document),
+                       configuration_values(document.get("configuration") or {},
+                                            variables or {}),
+                       _declared_types)
         _check_activities(document)
         _toolkit_validation(document)
     except InvalidInput as exc:
@@ -201,6 +210,21 @@ def _activities(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
         for position, activity in enumerate(document.get(section) or []):
             found.append((f"{section}[{position}]", activity))
     return [(where, a) for where, a in found if "ref" not in a]
+
+
+def _declared_types(module_name: str, func_name: str) -> dict[str, type]:
+    """The ``int``/``float``/``bool`` parameters of an activity: the fault catalogue's
+    parameter types, else the function's annotations ({} if it does not import)."""
+    try:
+        func = getattr(importlib.import_module(module_name), func_name, None)
+    except ImportError:
+        return {}
+    found = annotated_types(func) if callable(func) else {}
+    kind = by_activity(module_name, func_name)
+    for param in kind.params if kind is not None else ():
+        if param.type in (int, float, bool):
+            found[param.name] = param.type
+    return found
 
 
 def _check_activities(document: Mapping[str, Any]) -> None:

@@ -52,14 +52,21 @@ _watches: list[SafeguardWatch] = []
 
 
 def configure_control(configuration: dict[str, Any] | None = None,
+                      secrets: dict[str, Any] | None = None,
                       experiment: dict[str, Any] | None = None, **_: Any) -> None:
-    """Install signal handling; under ``chaos run``, open the session and its target."""
+    """Install signal handling; under ``chaos run``, open the session and its target
+    (settings from the secrets, under the configuration, as ``gameday run`` reads them)."""
     signals.install()
     session = sessions.active()
     if session is None:
         try:
             extension = parse_extension(experiment or {})
-            target = open_target(extension.target or "none", configuration or {},
+            settings: dict[str, Any] = {}
+            for scope in (secrets or {}).values():
+                if isinstance(scope, dict):
+                    settings.update(scope)
+            settings.update(configuration or {})
+            target = open_target(extension.target or "none", settings,
                                  lab_dir=paths.lab_dir())
         except GamedayError as exc:
             print(f"gameday: {exc}", file=sys.stderr)

@@ -37,7 +37,7 @@ from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.report.terminal import print_verdict
 from gameday.safety import targetconfig
 from gameday.safety.locks import target_key
-from gameday.targets.base import GpuRef, Target, open_target
+from gameday.targets.base import GpuRef, Target, open_target, target_settings
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -193,7 +193,8 @@ def run(options: RunOptions) -> RunOutcome:
     try:
         if kind == "lab":
             lab_lease.ensure()
-        target = open_target(kind, options.variables, lab_dir=options.lab_dir)
+        target = open_target(kind, target_settings(loaded.experiment, options.variables),
+                             lab_dir=options.lab_dir)
         session = sessions.Session(target=target, extension=loaded.extension,
                                    ledger_path=paths.ledger_path(), target_config=config)
         planned = plan_faults(loaded, target, session)

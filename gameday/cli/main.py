@@ -16,6 +16,11 @@ from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
 
 
+#: The commands that only read (``audit verify`` too): they create no file anywhere
+#: but what they are told to write (``report -o``, ``coverage -o``).
+READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report"})
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gameday", description="Chaos engineering for GPU / AI infrastructure.")
@@ -178,7 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve_main(arguments[2:])
     args = _parser().parse_args(arguments)
-    configure_logging(paths.home() / "logs" / "gameday.log")
+    # read-only commands write nothing (not even the log): they log to stderr only
+    writes = args.command not in READ_ONLY_COMMANDS and not (
+        args.command == "audit" and getattr(args, "audit_command", "") == "verify")
+    configure_logging(paths.home() / "logs" / "gameday.log" if writes else None)
     try:
         if args.command == "run":
             options = RunOptions(path=args.experiment, target=args.target,

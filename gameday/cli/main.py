@@ -15,7 +15,6 @@ from gameday.engine.runner import RunOptions, parse_vars, run_safely
 from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
 
-
 #: The commands that only read (``audit verify`` too): they create no file anywhere
 #: but what they are told to write (``report -o``, ``coverage -o``).
 READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report"})

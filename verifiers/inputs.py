@@ -6,10 +6,10 @@ version: values come from a SplitMix64 stream and are multiples of 1/1024 in
 read from a JSON file (``[[...], ...]`` or ``{"inputs": [[...], ...]}``).
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
+from gameday.bounded import read_json
 from gameday.errors import InvalidInput
 from verifiers.canonical import OutputsError, as_array, digest
 
@@ -45,12 +45,7 @@ def golden_inputs(rows: int = 32, cols: int = 16, seed: int = 0) -> list[list[fl
 def load_inputs(path: str | Path) -> list[list[float]]:
     """Read an input set from a JSON file: a list of rows, or ``{"inputs": rows}``."""
     file = str(path)
-    try:
-        document: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidInput(f"cannot read inputs: {exc.strerror or exc}", file=file) from None
-    except ValueError as exc:
-        raise InvalidInput(f"inputs file is not JSON: {exc}", file=file) from None
+    document: Any = read_json(Path(path), "JSON inputs file")[1]
     if isinstance(document, dict):
         document = document.get("inputs")
     if not isinstance(document, list) or not document:

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gameday.bounded import read_json
 from gameday.engine.session import current
 from gameday.errors import GamedayError
 from verifiers._http import HttpRequest, send
@@ -95,13 +96,10 @@ def _predict(endpoint: str, inputs: list[list[float]], timeout_s: float,
 
 
 def _golden_from_file(path: str, decimals: int | None, dtype: str = "float64") -> _Golden:
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not Path(path).is_file():
         raise GamedayError(f"golden {path!r} is neither 'capture', a sha256 hex digest nor "
-                           f"an existing file") from None
-    except (OSError, ValueError) as exc:
-        raise GamedayError(f"cannot read golden file {path}: {exc}") from None
+                           f"an existing file")
+    _, document = read_json(Path(path), "golden file")
     if not isinstance(document, dict):
         raise GamedayError(f"golden file {path} must hold {{\"digest\", \"outputs\"}}")
     outputs = document.get("outputs")

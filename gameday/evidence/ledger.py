@@ -387,7 +387,7 @@ def _events(path: Path) -> Iterator[Any]:
     for raw in path.read_text(encoding="utf-8").splitlines():
         try:
             yield json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a torn line, or not ours
             continue
 
 

@@ -19,12 +19,12 @@ from typing import Any
 import yaml
 
 from faults.catalogue import by_activity
+from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limited
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import Extension, parse_extension
 from gameday.experiment.variables import annotated_types, configuration_values, type_arguments
 
-MAX_BYTES = 1_000_000
-MAX_DEPTH = 32
+MAX_BYTES = MAX_YAML_BYTES
 
 
 @dataclass
@@ -52,9 +52,8 @@ def _join(base: str, key: Any) -> str:
 
 
 def _line_map(node: yaml.Node, base: str, lines: dict[str, int], depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise InvalidInput(f"nested deeper than {MAX_DEPTH} levels", path=base or "<root>",
-                           line=node.start_mark.line + 1)
+    """Record the line of every key path under ``node`` (its depth is bounded by the
+    loader, :data:`gameday.bounded.MAX_DEPTH`)."""
     lines[base] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
@@ -68,34 +67,36 @@ def _line_map(node: yaml.Node, base: str, lines: dict[str, int], depth: int) -> 
 
 
 def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    """Parse a YAML or JSON file into a mapping plus a key-path → line map."""
+    """Parse a YAML or JSON file into a mapping plus a key-path → line map, within the
+    limits of :mod:`gameday.bounded` (size, nesting, values with aliases expanded)."""
     where = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=where) from None
-    if len(raw) > MAX_BYTES:
-        raise InvalidInput(f"is {len(raw)} bytes, more than the {MAX_BYTES} allowed", file=where)
+    raw = read_limited(path, MAX_BYTES, "a YAML or JSON document")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"not UTF-8 (byte {exc.start})", file=where) from None
+    loader: BoundedLoader | None = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = BoundedLoader(text)
+        node = loader.get_single_node()
         lines: dict[str, int] = {}
         if node is not None:
             _line_map(node, "", lines, 0)
-        document = yaml.load(text, Loader=yaml.SafeLoader)
-    except InvalidInput as exc:  # nested too deep
-        raise InvalidInput(f"nested deeper than {MAX_DEPTH} levels", file=where,
-                           path=(exc.path or "")[:120], line=exc.line) from None
+        document = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
         raise InvalidInput(f"not valid YAML/JSON: {exc.problem}", file=where, line=line) from None
-    except (yaml.YAMLError, RecursionError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    except TooLarge as exc:
+        mark = exc.problem_mark
+        raise InvalidInput(f"too large: {exc.problem}", file=where,
+                           line=mark.line + 1 if mark else None) from None
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # ValueError: int digits
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise InvalidInput(f"not valid YAML/JSON: {first}", file=where) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if not isinstance(document, dict):
         raise InvalidInput("must be a mapping (an experiment object)", file=where, line=1)
     try:

@@ -7,13 +7,13 @@ an operator thinks of them (``{holding_shard: 0}``, ``{node: node-0, index: 2}``
 injected.
 """
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gameday.bounded import read_json
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.httpjson import get_json
@@ -109,13 +109,12 @@ class Target:
 def read_lab_document(lab_dir: Path) -> dict[str, Any]:
     """Read the lab's discovery document (``lab.json``), or say that no lab runs."""
     path = lab_dir / "lab.json"
+    if not path.exists():
+        raise TargetUnavailable(f"no lab runs in {lab_dir} (start one with `gameday lab up`)")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TargetUnavailable(
-            f"no lab runs in {lab_dir} (start one with `gameday lab up`)") from None
-    except (OSError, ValueError) as exc:
-        raise TargetUnavailable(f"cannot read {path}: {exc}") from None
+        _, document = read_json(path, "lab discovery document", limit=1_000_000)
+    except InvalidInput as exc:
+        raise TargetUnavailable(str(exc)) from None
     if not isinstance(document, dict) or document.get("status") != "ready":
         raise TargetUnavailable(f"the lab in {lab_dir} is not ready")
     return document

@@ -87,6 +87,41 @@ def test_a_run_killed_while_the_agent_applies_is_resolved_as_reverted(tmp_path: 
         assert again.stdout.strip() == "cleanup: nothing to revert", again.stdout
 
 
+#: An orchestrator that injects one fault with a single POST /v1/faults (the path of
+#: node, process and storage faults): agent URL argv[1], token argv[2], ledger argv[3].
+SINGLE = """
+import sys
+from pathlib import Path
+from gameday.engine.agent_client import AgentClient
+from gameday.engine.session import Session
+from gameday.targets.base import Target
+client = AgentClient(sys.argv[1], sys.argv[2], timeout_s=60)
+session = Session(target=Target(kind="host", agents={"node-0": client}, source="t"),
+                  ledger_path=Path(sys.argv[3]))
+session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1},
+               params={"kind": "single_bit", "count": 1}, lease_s=120)
+"""
+
+
+def test_a_single_request_killed_in_flight_is_resolved_too(tmp_path: Path) -> None:
+    with late_agent(tmp_path) as (server, backend):
+        ledger = tmp_path / "home" / "ledger.jsonl"
+        proc = subprocess.Popen([sys.executable, "-c", SINGLE, server.url, TOKEN,
+                                 str(ledger)], env=env_for(tmp_path), cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert backend.arrived.wait(60), "the request never arrived"
+        _kill(proc)
+        backend.release.set()
+        wait_for(lambda: len(server.registry.faults()) == 1, what="the late apply")
+        [intent] = open_intents(ledger)
+        assert intent["target"] == {"gpu": 1}
+        env = dict(env_for(tmp_path), GAMEDAY_AGENT_URL=server.url, GAMEDAY_AGENT_TOKEN=TOKEN)
+        done = gameday(["cleanup"], env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip().splitlines()[-1] == "cleanup: 1 reverted, 0 skipped, 0 failed"
+        assert server.registry.faults() == [] and open_intents(ledger) == []
+
+
 def test_a_request_still_on_its_way_is_refused_once_resolved(tmp_path: Path) -> None:
     """The request has left the killed orchestrator but not reached the agent: cleanup
     records it as never applied, and when it does arrive the agent refuses it."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
@@ -206,7 +207,8 @@ class Session:
     def resolve_intents(self) -> list[str]:
         """Ask the agents about this run's requests whose answer was never read: each is
         reverted if the agent applied it, and refused from now on if not (one request
-        per agent); the outcome is recorded. Returns one line per request left open."""
+        per agent and 1,024 ids); the outcome is recorded. Returns one line per request
+        left open."""
         by_node: dict[str, list[Intent]] = {}
         failures: list[str] = []
         for intent in self.ledger.open_intents():
@@ -222,7 +224,10 @@ class Session:
             held = why == "requested"
             self.ledger.record_resolved(intent.request_id, "reverted" if held else "not_held",
                                         intent.request_id if held else None, reverted_at)
-        for node, intents in by_node.items():
+        chunks = [(node, intents[start:start + MAX_BATCH_ITEMS])
+                  for node, intents in by_node.items()
+                  for start in range(0, len(intents), MAX_BATCH_ITEMS)]
+        for node, intents in chunks:
             try:
                 answers = self.require_target().agent(node).resolve_requests(
                     [intent.request_id for intent in intents])

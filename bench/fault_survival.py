@@ -11,6 +11,19 @@ From the kill on, the agents are polled every 20 ms until they hold no active fa
 ``revert_over_lease`` is that time as a ratio of the lease. Last line::
 
     fault_survival: trials=N left_behind=K max_revert_s=… faulted_at_kill=F revert_over_lease=…
+
+``--mode in-flight`` kills the orchestrator between sending its fault request and
+reading the answer, deterministically: the agent (a real one, in this process, on the
+lab's virtual GPU backend) answers late. Even trials hold the request inside the
+agent's backend and release it after the kill (the agent applies a batch nobody will
+read); odd trials hold it in a TCP proxy in front of the agent and release it after
+``gameday cleanup`` (the request arrives after it was resolved). The lease is 300 s,
+so no lease expiry can hide a leftover: ``left_behind`` counts the faults the agent
+holds once ``gameday cleanup`` has run and every held request was released (must be
+0); ``resolved`` counts the intents cleanup resolved (reverted / never applied).
+Last line::
+
+    fault_survival: mode=in-flight trials=N left_behind=K reverted=R never_applied=M
 """
 
 import argparse
@@ -27,8 +40,10 @@ from typing import Any
 
 import yaml
 
+from gameday.agent.server import AgentServer
 from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
+from tests.safety.late_agent import HoldingProxy, LateBackend, experiment
 
 REPO = Path(__file__).resolve().parents[1]
 GAMEDAY = str(Path(sys.executable).parent / "gameday")
@@ -57,6 +72,69 @@ def _active(clients: list[AgentClient]) -> int:
     return sum(len(client.faults()) for client in clients)
 
 
+def _in_flight_trial(base: Path, trial: int, env: dict[str, str]) -> tuple[int, str]:
+    """One in-flight trial: (faults left behind, cleanup's summary line)."""
+    token = "gdbench-token-0123456789abcdef"
+    backend = LateBackend("node-0", base / f"t{trial}-state", gpus=2, hold_s=120)
+    server = AgentServer(backend, token=token, node="node-0",
+                         state_path=base / f"t{trial}-agent.json").start()
+    proxy = None
+    try:
+        url, arrived = server.url, backend.arrived
+        if trial % 2:
+            backend.release.set()
+            proxy = HoldingProxy(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+            url, arrived = proxy.url, proxy.arrived
+        run_env = dict(env, GAMEDAY_AGENT_URL=url, GAMEDAY_AGENT_TOKEN=token)
+        path = experiment(base / f"t{trial}.yaml", gpu={"node": "node-0"}, lease_s=300)
+        proc = subprocess.Popen([GAMEDAY, "run", str(path)], env=run_env, cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not arrived.wait(60):
+            raise SystemExit(f"trial {trial}: the request never arrived")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        backend.release.set()  # the agent applies what nobody will read (even trials)
+        deadline = time.monotonic() + 10
+        while trial % 2 == 0 and len(server.registry.faults()) < 2:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"trial {trial}: the late apply never finished")
+            time.sleep(0.01)
+        done = subprocess.run([GAMEDAY, "cleanup"], env=run_env, cwd=REPO, text=True,
+                              capture_output=True, timeout=120)
+        if proxy is not None:
+            proxy.release.set()  # the request arrives after it was resolved
+            time.sleep(0.2)
+        left = len(server.registry.faults())
+        summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+        return left, summary
+    finally:
+        if proxy is not None:
+            proxy.close()
+        backend.release.set()
+        server.stop()
+
+
+def in_flight(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="gdsafe-bench-") as tmp:
+        base = Path(tmp)
+        env = dict(os.environ, GAMEDAY_HOME=str(base / "home"),
+                   GAMEDAY_JOURNALS=str(base / "journals"),
+                   PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        left_behind, reverted, never = 0, 0, 0
+        for trial in range(args.trials):
+            left, summary = _in_flight_trial(base, trial, env)
+            left_behind += left
+            words = summary.replace(",", "").split()
+            counts = {words[i + 1]: int(words[i]) for i in range(len(words) - 1)
+                      if words[i].isdigit()}
+            reverted += counts.get("reverted", 0)
+            never += counts.get("never", 0)
+            print(f"trial {trial} ({'proxy' if trial % 2 else 'backend'}): left {left}; "
+                  f"{summary}", flush=True)
+    print(f"fault_survival: mode=in-flight trials={args.trials} left_behind={left_behind} "
+          f"reverted={reverted} never_applied={never}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=50)
@@ -64,7 +142,13 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=5.0,
                         help="kill within this many seconds of the start")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--mode", choices=["random", "in-flight"], default="random",
+                        help="random: kill at a random moment; in-flight: kill between "
+                             "request and answer, then gameday cleanup")
     args = parser.parse_args()
+    if args.mode == "in-flight":
+        in_flight(args)
+        return
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="gdsafe-bench-") as tmp:
         base = Path(tmp)

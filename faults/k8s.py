@@ -27,7 +27,7 @@ from faults.base import FaultKind
 from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 from gameday.engine import session as sessions
 from gameday.errors import BlastRadiusExceeded, InvalidInput, TargetUnavailable
-from gameday.evidence.ledger import FaultEntry
+from gameday.evidence.ledger import FaultEntry, Intent
 from gameday.safety.locks import target_key
 from gameday.targets.kubernetes.marks import Mark
 from gameday.targets.kubernetes.nodes import NodeEditor, PodRef
@@ -180,12 +180,16 @@ def _on_nodes(kind: FaultKind, action: str, selector: dict[str, Any], params: di
             now = session.clock.now()
             mark = Mark(id=f"k8s-{uuid.uuid4().hex[:16]}", kind=kind.name,
                         run=session.run_id, revert_by=now + lease, inverse=inverse(name))
+            session.intend_external(Intent(
+                request_id=mark.id, kind=kind.name, node=name, agent_url="",
+                target={"node": name}, params=params, lease_s=lease, action=action, via=VIA,
+                inverse=dict(mark.inverse)), _route(target))
             apply(target.editor(), name, mark)
             entry = FaultEntry(
                 id=mark.id, kind=kind.name, node=name, agent_url="",
                 target={"node": name}, params=params, injected_at="kubernetes",
                 applied_at=now, expires_at=mark.revert_by, lease_s=lease, action=action,
-                details={"inverse": dict(mark.inverse)}, via=VIA)
+                details={"inverse": dict(mark.inverse)}, via=VIA, request_id=mark.id)
             session.record_external(entry, _route(target))
             applied.append({"id": entry.id, "node": name, "revert_by": mark.revert_by})
     return {"faults": applied}

@@ -23,7 +23,7 @@ from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 from gameday import activity
 from gameday.engine import session as sessions
-from gameday.errors import InvalidInput
+from gameday.errors import AgentError, InvalidInput
 from gameday.targets.base import Target, read_lab_document
 
 __all__ = ["kill", "pause", "resume", "revert"]
@@ -142,6 +142,11 @@ def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with failing_activity():
         node, agent_target = resolve_process(selector)
-        entry = activity.inject_on_node(kind.name, node=node, target=agent_target,
-                                        params=params, action=action, lease_s=lease_s)
+        try:
+            entry = activity.inject_on_node(kind.name, node=node, target=agent_target,
+                                            params=params, action=action, lease_s=lease_s)
+        except AgentError as exc:
+            if exc.status == 403:  # a protected process: nothing signalled, the run exits 2
+                sessions.current().refused = f"{kind.name} refused: {exc}"
+            raise
     return activity.applied([entry])

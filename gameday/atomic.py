@@ -98,10 +98,12 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = False,
-                 directory: DirectorySync | None = None) -> None:
+                 directory: DirectorySync | None = None, exclusive: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically, with permissions ``mode``; ``durable``:
     fsync the file and, after the rename, its directory (through ``directory``, the
-    path's kept open, if given). A ``mode`` within the owner's read and write bits
+    path's kept open, if given); ``exclusive``: never over an existing file (the
+    temporary file is hard-linked to ``path``, which raises ``FileExistsError`` if it
+    exists, instead of renamed over it). A ``mode`` within the owner's read and write bits
     (``0o600``, the agent's state file) is the one the temporary file is created with
     (:func:`create_temporary`; a umask never takes the owner's bits in practice), so no
     ``fchmod`` is spent on it; a wider one is set exactly."""
@@ -117,7 +119,13 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

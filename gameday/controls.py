@@ -42,23 +42,30 @@ from gameday.targets.open import open_target
 
 log = structlog.get_logger("gameday.controls")
 
-__all__ = ["after_activity_control", "after_experiment_control", "after_method_control",
-           "after_rollback_control", "before_activity_control", "before_method_control",
-           "cleanup_control", "configure_control"]
+__all__ = ["after_activity_control", "after_experiment_control", "after_hypothesis_control",
+           "after_method_control", "after_rollback_control", "before_activity_control",
+           "before_method_control", "cleanup_control", "configure_control"]
 
 _owned: list[sessions.Session] = []
 _watches: list[SafeguardWatch] = []
 
 
 def configure_control(configuration: dict[str, Any] | None = None,
+                      secrets: dict[str, Any] | None = None,
                       experiment: dict[str, Any] | None = None, **_: Any) -> None:
-    """Install signal handling; under ``chaos run``, open the session and its target."""
+    """Install signal handling; under ``chaos run``, open the session and its target
+    (settings from the secrets, under the configuration, as ``gameday run`` reads them)."""
     signals.install()
     session = sessions.active()
     if session is None:
         try:
             extension = parse_extension(experiment or {})
-            target = open_target(extension.target or "none", configuration or {},
+            settings: dict[str, Any] = {}
+            for scope in (secrets or {}).values():
+                if isinstance(scope, dict):
+                    settings.update(scope)
+            settings.update(configuration or {})
+            target = open_target(extension.target or "none", settings,
                                  lab_dir=paths.lab_dir())
         except GamedayError as exc:
             print(f"gameday: {exc}", file=sys.stderr)
@@ -78,8 +85,19 @@ def before_activity_control(context: dict[str, Any], **_: Any) -> None:
     timeouts.arm(context)
 
 
-def after_activity_control(context: dict[str, Any], **_: Any) -> None:
+def after_activity_control(context: dict[str, Any], state: dict[str, Any] | None = None,
+                           **_: Any) -> None:
     timeouts.disarm()
+    if isinstance(state, dict) and state.get("status") == "failed":
+        sessions.current().doubt(f"{context.get('type', 'activity')} "
+                                 f"{context.get('name', '?')!r} failed")
+
+
+def after_hypothesis_control(context: dict[str, Any], state: dict[str, Any] | None = None,
+                             **_: Any) -> None:
+    """Note an unmet steady state in the session (its outputs are then no evidence)."""
+    if isinstance(state, dict) and not state.get("steady_state_met", True):
+        sessions.current().doubt(f"steady state {context.get('title', '')!r} unmet")
 
 
 def before_method_control(context: dict[str, Any],

@@ -57,6 +57,14 @@ class FaultRejected(GamedayError):
     """A backend refused to apply a fault (bad parameters, unsupported, out of range)."""
 
 
+class ProtectedTarget(FaultRejected):
+    """A process selector matched a process gameday never signals (itself, an ancestor,
+    an agent, PID 1, ...); the message names each (pid, command, why). Nothing was
+    signalled. An agent answers it with ``403``; an orchestrator exits 2."""
+
+    exit_code = 2
+
+
 class LabError(GamedayError):
     """The embedded lab could not start, stop or answer."""
 

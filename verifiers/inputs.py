@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gameday.bounded import read_json
 from gameday.errors import InvalidInput
 from gameday.httpclient import HttpRequest
 from verifiers.canonical import OutputsError, as_array, digest
@@ -52,12 +53,7 @@ def golden_inputs(rows: int = 32, cols: int = 16, seed: int = 0) -> list[list[fl
 def load_inputs(path: str | Path) -> list[list[float]]:
     """Read an input set from a JSON file: a list of rows, or ``{"inputs": rows}``."""
     file = str(path)
-    try:
-        document: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidInput(f"cannot read inputs: {exc.strerror or exc}", file=file) from None
-    except ValueError as exc:
-        raise InvalidInput(f"inputs file is not JSON: {exc}", file=file) from None
+    document: Any = read_json(Path(path), "JSON inputs file")[1]
     if isinstance(document, dict):
         document = document.get("inputs")
     if not isinstance(document, list) or not document:

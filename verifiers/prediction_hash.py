@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.atomic import replace_file
+from gameday.bounded import read_json
 from gameday.engine.session import current
 from gameday.errors import GamedayError, one_line
 from gameday.httpclient import HttpRequest, send
@@ -95,13 +96,10 @@ def _predict(endpoint: str, inputs: list[list[float]], timeout_s: float,
 
 
 def _golden_from_file(path: str, decimals: int | None, dtype: str = "float64") -> _Golden:
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not Path(path).is_file():
         raise GamedayError(f"golden {path!r} is neither 'capture', a sha256 hex digest nor "
-                           f"an existing file") from None
-    except (OSError, ValueError) as exc:
-        raise GamedayError(f"cannot read golden file {path}: {exc}") from None
+                           f"an existing file")
+    _, document = read_json(Path(path), "golden file")
     if not isinstance(document, dict):
         raise GamedayError(f"golden file {path} must hold {{\"digest\", \"outputs\"}}")
     outputs = document.get("outputs")
@@ -230,15 +228,31 @@ def verify_predictions(endpoint: str, golden: str = "capture", rows: int = 32, c
 def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: int = 0,
                 inputs_file: str | None = None, timeout_s: float = 10.0, request: Any = None,
                 outputs: str = "outputs", outputs_shape: str | None = None,
-                dtype: str = "float64") -> dict[str, Any]:
+                dtype: str = "float64", overwrite: bool = False) -> dict[str, Any]:
     """Ask ``endpoint`` for the golden outputs now and write them to the JSON file ``path``.
 
     The file (``{"digest", "outputs", "inputs", ...}``) can then be given as ``golden``
     to ``matches_golden`` in later runs, e.g. a release gate that compares every build
     with a known-good one. Returns ``{"path", "digest", "rows", "cols"}``.
+
+    A golden file is evidence: an existing one is replaced only with ``overwrite: true``
+    (else this fails, naming it); and nothing is written once the run has a failed
+    verifier or probe or an unmet steady state: then it returns ``{"path", "skipped":
+    true, "why"}`` and records the skip (not a failure of its own).
     """
     verifier = "prediction_hash.save_golden"
     measurement: dict[str, Any] = {"endpoint": endpoint, "path": path}
+    doubts = current().doubts()
+    if doubts:
+        why = f"not saved: {doubts[0]}" + (f" (and {len(doubts) - 1} more)"
+                                           if len(doubts) > 1 else "")
+        skipped = {"path": path, "skipped": True, "why": why}
+        record(verifier, None, {**measurement, **skipped}, f"golden {path} {why}")
+        return skipped
+    target = Path(path)
+    if target.exists() and not overwrite:
+        fail(verifier, f"golden file {path} exists; pass overwrite: true to replace it",
+             measurement)
     try:
         inputs = resolve_inputs(rows, cols, seed, inputs_file)
         answer = _predict(endpoint, inputs, timeout_s, _Api(request, outputs, outputs_shape,
@@ -247,7 +261,11 @@ def save_golden(endpoint: str, path: str, rows: int = 32, cols: int = 16, seed: 
                     "outputs": answer,
                     "inputs": inputs, "inputs_key": inputs_key(inputs), "endpoint": endpoint,
                     "captured_at": current().clock.now()}
-        replace_file(Path(path), (json.dumps(document) + "\n").encode())
+        replace_file(target, (json.dumps(document) + "\n").encode("utf-8"),
+                     exclusive=not overwrite)
+    except FileExistsError:
+        fail(verifier, f"golden file {path} appeared meanwhile; pass overwrite: true to "
+             "replace it", measurement)
     except (GamedayError, OutputsError) as exc:
         fail(verifier, str(exc), measurement)
     except OSError as exc:

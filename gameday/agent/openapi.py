@@ -14,6 +14,7 @@ from gameday.agent.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BATCH_ITEMS,
     MAX_BODY_BYTES,
+    MAX_REQUEST_ID,
     MINIMAL_FIELDS,
     PREFER_MINIMAL,
     REVERT_REASONS,
@@ -39,6 +40,11 @@ _MINIMAL = "a fault in a minimal answer, by what the batch did: " + "; ".join(
     f"{outcome}: {', '.join(names)}" for outcome, names in MINIMAL_FIELDS.items())
 _IDS = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "uniqueItems": True,
         "items": {"type": "string", "minLength": 1}}
+_REQUEST_ID = {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_ID,
+               "pattern": "^[!-~]+$",
+               "description": "the caller's idempotency key: a request (or batch) sent again "
+                              "with the same ids is not applied again, its faults are "
+                              "answered as they are now"}
 _FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
              "schema": {"type": "string", "minLength": 1}}
 
@@ -72,7 +78,8 @@ def spec() -> dict[str, Any]:
                         "responses": {"200": {"description": "faults"}, **_errors(401)}},
                 "post": {"requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/InjectRequest"}}}},
-                    "responses": {"201": _FAULT, **_errors(400, 401, 409, 411, 413, 503)}},
+                    "responses": {"201": _FAULT,
+                                  **_errors(400, 401, 403, 409, 411, 413, 503)}},
             },
             "/v1/faults/{fault_id}": {
                 "parameters": [_FAULT_ID],
@@ -93,7 +100,7 @@ def spec() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
                 "responses": {"201": {"description": "the faults, in order"},
-                              **_errors(400, 401, 409, 411, 413, 503)}}},
+                              **_errors(400, 401, 403, 409, 411, 413, 503)}}},
             "/v1/faults:batch-revert": {"post": {
                 "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {
@@ -104,6 +111,17 @@ def spec() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchRenewRequest"}}}},
                 "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
+            "/v1/requests:resolve": {"post": {
+                "description": "settle request ids whose answer was never read: a request "
+                               "applied is reverted (outcome reverted, with its fault); one "
+                               "never applied is refused from now on (outcome "
+                               "never_applied)",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/ResolveRequest"}}}},
+                "responses": {"200": {"description": "an outcome per request id, in order",
+                                      "content": {"application/json": {"schema": {
+                                          "$ref": "#/components/schemas/ResolveAnswer"}}}},
+                              **_errors(400, 401, 411, 413, 500)}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -114,7 +132,22 @@ def spec() -> dict[str, Any]:
                     "properties": {"kind": {"type": "string", "minLength": 1},
                                    "target": {"type": "object"},
                                    "params": {"type": "object"},
-                                   "lease_s": _LEASE, "run": {"type": "string"}}},
+                                   "lease_s": _LEASE, "run": {"type": "string"},
+                                                  "request_id": _REQUEST_ID}},
+                "ResolveRequest": {"type": "object", "additionalProperties": False,
+                                   "required": ["request_ids"],
+                                   "properties": {"request_ids": {
+                                       "type": "array", "minItems": 1,
+                                       "maxItems": MAX_BATCH_ITEMS, "uniqueItems": True,
+                                       "items": _REQUEST_ID}}},
+                "ResolveAnswer": {"type": "object", "required": ["requests"], "properties": {
+                    "requests": {"type": "array", "items": {
+                        "type": "object", "required": ["request_id", "outcome"],
+                        "properties": {"request_id": {"type": "string"},
+                                       "outcome": {"enum": ["reverted", "never_applied"]},
+                                       "fault": {"anyOf": [
+                                           {"$ref": "#/components/schemas/Fault"},
+                                           {"type": "null"}]}}}}}},
                 "RenewRequest": {"type": "object", "additionalProperties": False,
                                  "properties": {"lease_s": _LEASE}},
                 "BatchInjectRequest": {

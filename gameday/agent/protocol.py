@@ -20,17 +20,20 @@ __all__ = [
     "MAX_BATCH_BODY_BYTES",
     "MAX_BATCH_ITEMS",
     "MAX_BODY_BYTES",
+    "MAX_REQUEST_ID",
     "MINIMAL_FIELDS",
     "PREFER_MINIMAL",
     "REVERT_REASONS",
     "Outcome",
     "RevertReason",
     "check_lease",
+    "check_request_id",
     "decode_body",
     "parse_batch_ids",
     "parse_batch_inject",
     "parse_inject",
     "parse_renew",
+    "parse_resolve",
     "prefers_minimal",
 ]
 
@@ -65,7 +68,10 @@ MINIMAL_FIELDS: Final[dict[Outcome, tuple[str, ...]]] = {
     "renewed": ("id", "lease_s", "expires_at"),
 }
 
-_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s", "run")
+_INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s", "run", "request_id")
+_RESOLVE_FIELDS: Final = ("request_ids",)
+#: Longest request id (an idempotency key) the agent accepts.
+MAX_REQUEST_ID: Final = 128
 _RENEW_FIELDS: Final = ("lease_s",)
 _BATCH_INJECT_FIELDS: Final = ("faults",)
 _BATCH_IDS_FIELDS: Final = ("ids",)
@@ -137,12 +143,13 @@ def _json_type(value: object) -> str:
 
 
 def parse_inject(body: object) -> tuple[FaultRequest, float]:
-    """Parse ``{"kind", "target", "params"?, "lease_s", "run"?}`` into a request and its
-    lease.
+    """Parse ``{"kind", "target", "params"?, "lease_s", "run"?, "request_id"?}`` into a
+    request and its lease.
 
     ``kind`` (non-empty string), ``target`` (object) and ``lease_s`` are required;
     ``params`` (object) defaults to ``{}``, ``run`` (the asking run's id, a string) to
-    ``""``; any other field is refused.
+    ``""``; ``request_id`` (1..128 printable ASCII characters) is the caller's idempotency
+    key; any other field is refused.
     """
     obj = _json_object(body, "body")
     _check_fields(obj, _INJECT_FIELDS)
@@ -158,7 +165,28 @@ def parse_inject(body: object) -> tuple[FaultRequest, float]:
     run = obj.get("run", "")
     if not isinstance(run, str):
         raise InvalidInput(f"run must be a string, got {_json_type(run)}")
-    return FaultRequest(kind, target, params, run), lease_s
+    request_id = check_request_id(obj["request_id"], "request_id") if "request_id" in obj else ""
+    return FaultRequest(kind, target, params, run, request_id), lease_s
+
+
+def check_request_id(value: object, where: str) -> str:
+    """A request id (idempotency key): 1..128 printable ASCII characters, no space."""
+    if (not isinstance(value, str) or not 1 <= len(value) <= MAX_REQUEST_ID
+            or not all("!" <= c <= "~" for c in value)):
+        raise InvalidInput(f"{where} must be 1 to {MAX_REQUEST_ID} printable ASCII "
+                           f"characters, got {_json_type(value)}")
+    return value
+
+
+def parse_resolve(body: object) -> list[str]:
+    """Parse ``{"request_ids": [request id, ...]}`` (1..1024 distinct request ids)."""
+    obj = _json_object(body, "body")
+    _check_fields(obj, _RESOLVE_FIELDS)
+    ids = [check_request_id(value, f"request_ids[{index}]")
+           for index, value in enumerate(_batch_list(obj, "request_ids"))]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("request_ids holds an id more than once")
+    return ids
 
 
 def parse_renew(body: object) -> float | None:

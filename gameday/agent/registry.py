@@ -49,12 +49,16 @@ __all__ = [
     "LimitReached",
     "Limits",
     "PolicyRefused",
+    "RequestResolved",
+    "Resolution",
     "RevertFailed",
     "UnknownFault",
 ]
 
 #: Seconds between two attempts to revert a fault whose backend revert failed.
 REVERT_RETRY_S: Final = 1.0
+#: How many request ids (idempotency keys) the agent remembers, applied or resolved.
+REQUEST_MEMORY: Final = 16384
 
 _log = structlog.get_logger("gameday.agent")
 
@@ -123,6 +127,26 @@ class Limits:
                                 f"allows; inject it again")
 
 
+class RequestResolved(GamedayError):
+    """The request id was already resolved as never applied (by ``gameday cleanup``), so
+    the request is refused and nothing is applied (``409``)."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What became of one request id that :meth:`FaultRegistry.resolve` was asked about:
+    ``reverted`` (it was applied as ``fault``, which is now reverted) or
+    ``never_applied`` (the agent holds nothing of it, and refuses it from now on)."""
+
+    request_id: str
+    outcome: Literal["reverted", "never_applied"]
+    fault: "Fault | None" = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "outcome": self.outcome,
+                "fault": None if self.fault is None else self.fault.to_json()}
+
+
 class AgentClosing(GamedayError):
     """The agent is shutting down and applies nothing more (``503``)."""
 
@@ -175,6 +199,9 @@ class FaultRegistry:
         self._cond = threading.Condition(threading.Lock())
         self._live: dict[str, _Entry] = {}
         self._history: OrderedDict[str, Fault] = OrderedDict()
+        # request id -> fault id, and the request ids resolved as never applied
+        self._requests: OrderedDict[str, str] = OrderedDict()
+        self._resolved: OrderedDict[str, None] = OrderedDict()
         self._closed = False
         self._log = _log.bind(node=node, backend=backend.name)
         self.metrics.track_active(self.active_count)
@@ -219,9 +246,13 @@ class FaultRegistry:
     def apply(self, request: FaultRequest, lease_s: float) -> Fault:
         """Apply ``request`` through the backend under a lease of ``lease_s`` seconds.
 
+        A request whose ``request_id`` the agent already knows is not applied again: the
+        fault it made is returned as it is now (once its apply has settled).
+
         Raises :class:`InvalidInput` (unknown kind, lease outside 1..3600),
         :class:`FaultConflict` (same kind active on an equal target),
-        :class:`FaultRejected` (the backend refused), :class:`AgentClosing`.
+        :class:`FaultRejected` (the backend refused), :class:`RequestResolved`,
+        :class:`AgentClosing`.
         """
         lease_s = check_lease(lease_s)
         kinds = self.kinds()
@@ -232,6 +263,9 @@ class FaultRegistry:
         self.limits.check(request.kind, lease_s)
         target = dict(request.target)
         with self._cond:
+            known = self._known_requests([request.request_id])
+            if known is not None:
+                return known[0]
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
             self._check_room(1)
@@ -247,15 +281,20 @@ class FaultRegistry:
                           expires_at=now + lease_s)
             entry = _Entry(fault=fault, state="applying")
             self._live[fault.id] = entry
+            self._remember_requests([(request.request_id, fault.id)])
             try:
                 self._save(strict=True)
             except BaseException:
                 del self._live[fault.id]
+                self._forget_requests([request.request_id])
                 raise
         try:
             details = self.backend.apply(fault.id, fault.request)
         except BaseException as exc:
             self._abandon(entry, exc)
+            with self._cond:
+                if fault.id not in self._live:  # nothing of it held
+                    self._forget_requests([request.request_id])
             raise
         with self._cond:
             now = self._clock.now()
@@ -283,7 +322,8 @@ class FaultRegistry:
         an item is refused (unknown kind, bad lease, conflict with an active fault or an
         earlier item, the backend's refusal or failure), the items applied before it are
         reverted and :class:`BatchRejected` names it; :class:`AgentClosing` if the agent
-        is shutting down (nothing applied).
+        is shutting down (nothing applied). A batch whose request ids the agent already
+        knows (a retry) is not applied again: its faults are returned as they are now.
         """
         kinds = self.backend.kinds()  # only read here: no copy
         checked: list[tuple[FaultRequest, float]] = []
@@ -298,7 +338,11 @@ class FaultRegistry:
             except (InvalidInput, PolicyRefused) as exc:
                 raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
         faults = new_faults(checked, kinds, self._clock.now())
+        request_ids = [request.request_id for request, _ in items]
         with self._cond:
+            known = self._known_requests(request_ids)
+            if known is not None:
+                return known
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
             try:
@@ -318,11 +362,13 @@ class FaultRegistry:
             entries = [_Entry(fault, "applying") for fault in faults]
             for entry in entries:
                 self._live[entry.fault.id] = entry
+            self._remember_requests(list(zip(request_ids, [f.id for f in faults], strict=True)))
             try:
                 self._save(strict=True)
             except BaseException:
                 for entry in entries:
                     del self._live[entry.fault.id]
+                self._forget_requests(request_ids)
                 raise
         details: list[dict[str, Any]] = []  # each item's, as plain JSON
         with backend_batch(self.backend):  # the backend may publish once for the batch
@@ -332,6 +378,8 @@ class FaultRegistry:
                                                                     entry.fault.request)))
                 except BaseException as exc:
                     rejected = self._undo_batch(entries, index, exc)
+                    with self._cond:  # nothing of the batch stays applied
+                        self._forget_requests(request_ids)
                     if isinstance(exc, Exception):
                         raise rejected from exc
                     raise  # KeyboardInterrupt, SystemExit: as they are, after the undo
@@ -480,6 +528,32 @@ class FaultRegistry:
                 return self._history[fault_id]
             entry.state = "reverting"
         return self._finish_revert(entry, reason)
+
+    def resolve(self, request_ids: list[str]) -> list[Resolution]:
+        """Settle requests whose answer their caller never read (``gameday cleanup``
+        after the orchestrator died): a request the agent applied is reverted (reason
+        ``requested``; an already reverted one is returned as it was); one it never
+        applied is remembered as resolved, so that it is refused if it arrives later.
+        Raises :class:`RevertFailed` if a revert failed (the registry then retries)."""
+        results: list[Resolution] = []
+        for request_id in request_ids:
+            with self._cond:
+                fault_id = self._requests.get(request_id)
+                if fault_id is None:
+                    self._resolved[request_id] = None
+                    while len(self._resolved) > REQUEST_MEMORY:
+                        self._resolved.popitem(last=False)
+                    results.append(Resolution(request_id, "never_applied"))
+                    continue
+            try:
+                fault = self.revert(fault_id, "requested")
+            except UnknownFault:  # its apply failed: nothing of it is held
+                with self._cond:
+                    self._resolved[request_id] = None
+                results.append(Resolution(request_id, "never_applied"))
+                continue
+            results.append(Resolution(request_id, "reverted", fault))
+        return results
 
     def reap(self) -> list[Fault]:
         """Revert every fault whose lease has run out (``expires_at <= now``), and retry
@@ -703,6 +777,63 @@ class FaultRegistry:
             del self._live[fault.id]
             self._save(strict=False)
             self._cond.notify_all()
+
+    def _known_requests(self, request_ids: list[str]) -> list[Fault] | None:
+        """Under the lock: the faults of ``request_ids`` if the agent already applied them
+        all (a retry; each once its apply has settled), ``None`` if it knows none of them;
+        :class:`RequestResolved` or :class:`InvalidInput` otherwise."""
+        named = [rid for rid in request_ids if rid]
+        if not named:
+            return None
+        resolved = [rid for rid in named if rid in self._resolved]
+        if resolved:
+            raise RequestResolved(f"request {resolved[0]} was resolved as never applied "
+                                  "(by gameday cleanup); nothing applied")
+        known = [self._requests.get(rid) for rid in named]
+        if all(fault_id is None for fault_id in known):
+            return None
+        if len(named) != len(request_ids) or any(fault_id is None for fault_id in known):
+            raise InvalidInput("a batch repeats some request ids of an earlier one but not "
+                               "all; send each request id in one batch only")
+        faults = []
+        for fault_id in known:
+            assert fault_id is not None
+            entry = self._live.get(fault_id)
+            if entry is not None and entry.state == "applying":
+                self._settled_or_gone(fault_id)
+                entry = self._live.get(fault_id)
+            if entry is not None:
+                faults.append(entry.fault)
+            elif fault_id in self._history:
+                faults.append(self._history[fault_id])
+            else:
+                raise UnknownFault(f"request {request_ids[0]} was applied as {fault_id}, "
+                                   "which this agent no longer remembers")
+        return faults
+
+    def _settled_or_gone(self, fault_id: str) -> None:
+        """Under the lock: wait until ``fault_id`` is no longer being applied."""
+        deadline = time.monotonic() + self._settle_timeout_s
+        while (entry := self._live.get(fault_id)) is not None and entry.state == "applying":
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RevertFailed(f"fault {fault_id} is still applying after "
+                                   f"{self._settle_timeout_s:g}s; try again")
+            self._cond.wait(remaining)
+
+    def _remember_requests(self, pairs: list[tuple[str, str]]) -> None:
+        """Under the lock: remember which fault each request id made (the oldest ids
+        forgotten past :data:`REQUEST_MEMORY`)."""
+        for request_id, fault_id in pairs:
+            if request_id:
+                self._requests[request_id] = fault_id
+        while len(self._requests) > REQUEST_MEMORY:
+            self._requests.popitem(last=False)
+
+    def _forget_requests(self, request_ids: list[str]) -> None:
+        """Under the lock: forget request ids whose faults were never applied."""
+        for request_id in request_ids:
+            self._requests.pop(request_id, None)
 
     def _remember(self, done: Fault) -> None:
         self._history[done.id] = done

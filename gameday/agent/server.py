@@ -52,6 +52,7 @@ from gameday.agent.protocol import (
     parse_batch_inject,
     parse_inject,
     parse_renew,
+    parse_resolve,
     prefers_minimal,
 )
 from gameday.agent.registry import (
@@ -64,6 +65,7 @@ from gameday.agent.registry import (
     LimitReached,
     Limits,
     PolicyRefused,
+    RequestResolved,
     RevertFailed,
     UnknownFault,
 )
@@ -71,7 +73,7 @@ from gameday.agent.tls import ServerTLS, peer_identity
 from gameday.agent.tokens import TokenSet
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.contract.backend import Backend
-from gameday.errors import FaultRejected, GamedayError, InvalidInput
+from gameday.errors import FaultRejected, GamedayError, InvalidInput, ProtectedTarget
 
 __all__ = ["AgentServer"]
 
@@ -87,7 +89,7 @@ PER_SOURCE_CONNECTIONS: Final = 16
 
 _PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics", "/openapi.json"})
 _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
-                                 "/v1/faults:batch-renew"})
+                                 "/v1/faults:batch-renew", "/v1/requests:resolve"})
 
 
 class _HTTPFailure(BadRequestHead):
@@ -313,6 +315,10 @@ class AgentServer:
         return _batch_reply(ids, self.registry.renew_many(ids, lease_s),
                             minimal="renewed" if request.minimal else None)
 
+    def _resolve(self, request: _Request) -> _Reply:
+        ids = parse_resolve(decode_body(request.body or b""))
+        return _json_reply(200, {"requests": [r.to_json() for r in self.registry.resolve(ids)]})
+
     def _get(self, request: _Request, fault_id: str) -> _Reply:
         return _fault_reply(200, self.registry.get(fault_id))
 
@@ -326,9 +332,9 @@ class AgentServer:
 
 #: The answer status of each error a request, or one fault of a batch, can end in.
 _STATUS_OF_ERROR: Final[dict[type[BaseException], int]] = {
-    InvalidInput: 400, FaultRejected: 400, PolicyRefused: 403, UnknownFault: 404,
-    FaultConflict: 409, FaultGone: 410, LimitReached: 429, RevertFailed: 500,
-    AgentClosing: 503}
+    InvalidInput: 400, FaultRejected: 400, PolicyRefused: 403, ProtectedTarget: 403,
+    UnknownFault: 404, FaultConflict: 409, RequestResolved: 409, FaultGone: 410,
+    LimitReached: 429, RevertFailed: 500, AgentClosing: 503}
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -379,6 +385,7 @@ _FIXED_ROUTES: Final[dict[str, dict[str, _Route]]] = {
     "/v1/faults:batch": {"POST": AgentServer._inject_batch},
     "/v1/faults:batch-revert": {"POST": AgentServer._revert_batch},
     "/v1/faults:batch-renew": {"POST": AgentServer._renew_batch},
+    "/v1/requests:resolve": {"POST": AgentServer._resolve},
 }
 #: Endpoints with a fault id in their path (none of them is a fixed one).
 _ID_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [

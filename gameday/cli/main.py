@@ -22,6 +22,10 @@ from gameday.errors import GamedayError
 from gameday.logs import configure as configure_logging
 from gameday.targets import TARGET_KINDS, agent_tls
 
+#: The commands that only read (``audit verify`` too): they create no file anywhere
+#: but what they are told to write (``report -o``, ``coverage -o``).
+READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report", "plan"})
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -251,7 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return check_policy(arguments[2:])
     args = _parser().parse_args(arguments)
-    configure_logging(paths.home() / "logs" / "gameday.log")
+    # read-only commands write nothing (not even the log): they log to stderr only
+    writes = args.command not in READ_ONLY_COMMANDS and not (
+        args.command == "audit" and getattr(args, "audit_command", "") == "verify") and not (
+        getattr(args, "dry_run", False))
+    configure_logging(paths.home() / "logs" / "gameday.log" if writes else None)
     agent_tls.apply_arguments(args)
     try:
         status = _command(args)

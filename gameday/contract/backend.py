@@ -25,12 +25,14 @@ INJECTION_LAYERS = ("device", "device-settings", "driver", "log", "telemetry",
 @dataclass(frozen=True)
 class FaultRequest:
     """What to inject: a fault kind (``gpu.ecc``), its target on this node, its parameters,
-    and the run that asks for it (``run``, for the fault-window metric; may be empty)."""
+    and the run that asks for it (``run``, for the fault-window metric; may be empty), and
+    the caller's request id (its idempotency key; ``""``: none)."""
 
     kind: str
     target: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     run: str = ""
+    request_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": dict(self.target), "params": dict(self.params)}

@@ -153,14 +153,29 @@ class AgentClient:
         return self._call("GET", "/v1/inventory")
 
     def inject(self, kind: str, target: Mapping[str, Any], params: Mapping[str, Any],
-               lease_s: float, *, run: str = "") -> dict[str, Any]:
+               lease_s: float, *, run: str = "", request_id: str = "") -> dict[str, Any]:
         """Apply a fault under a lease of ``lease_s`` seconds for run ``run`` (named in
-        the agent's fault-window metric); returns the fault."""
-        body = {"kind": kind, "target": dict(target), "params": dict(params),
-                "lease_s": lease_s}
+        the agent's fault-window metric); returns the fault. ``request_id`` is the
+        idempotency key: the agent applies it at most once."""
+        body: dict[str, Any] = {"kind": kind, "target": dict(target), "params": dict(params),
+                                "lease_s": lease_s}
         if run:
             body["run"] = run
+        if request_id:
+            body["request_id"] = request_id
         return self._call("POST", "/v1/faults", body)
+
+    def resolve_requests(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Settle requests whose answers were never read: the agent reverts what it
+        applied of them and refuses the others from now on; one
+        ``{"request_id", "outcome": "reverted"|"never_applied", "fault"}`` per id."""
+        _check_size(len(request_ids))
+        answer = self._call("POST", "/v1/requests:resolve", {"request_ids": list(request_ids)})
+        results = answer.get("requests")
+        if not isinstance(results, list) or len(results) != len(request_ids):
+            raise AgentError(f"agent {self.url}: POST /v1/requests:resolve answered "
+                             f"without an outcome per request id")
+        return results
 
     def renew(self, fault_id: str, lease_s: float | None = None) -> dict[str, Any]:
         """Extend the fault's lease (by its own ``lease_s`` unless given); returns the
@@ -174,9 +189,10 @@ class AgentClient:
 
     def inject_many(self, faults: Sequence[Mapping[str, Any]], *, minimal: bool = False
                     ) -> list[dict[str, Any]]:
-        """Apply many faults (each ``{"kind", "target", "params"?, "lease_s", "run"?}``) in one
-        request, all or nothing; returns the faults in order (``minimal``: at least their
-        ``id``, ``injected_at``, ``applied_at``, ``expires_at`` and ``details``). Raises
+        """Apply many faults (each ``{"kind", "target", "params"?, "lease_s", "run"?,
+        "request_id"?}``) in one request, all or nothing; returns the faults in order
+        (``minimal``: at least their ``id``, ``injected_at``, ``applied_at``,
+        ``expires_at`` and ``details``). Raises
         :class:`BatchFailed` (which item, why) when the agent refused one: then none of
         them is applied.
 
@@ -189,7 +205,8 @@ class AgentClient:
         _check_size(len(faults))
         body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
                             "params": dict(f.get("params") or {}), "lease_s": f["lease_s"],
-                            **({"run": f["run"]} if f.get("run") else {})}
+                            **({"run": f["run"]} if f.get("run") else {}),
+                            **({"request_id": f["request_id"]} if f.get("request_id") else {})}
                            for f in faults]}
 
         def decode(answer: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:

@@ -32,14 +32,15 @@ from gameday.engine import session as sessions
 from gameday.engine import signals
 from gameday.engine.plan import Plan, plan, render, run_configuration
 from gameday.engine.progress import ProgressPrinter
+from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
 from gameday.errors import InvalidInput, TargetUnavailable
-from gameday.evidence.journal import write_journal
+from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.safety import targetconfig
 from gameday.safety.locks import target_key
-from gameday.targets.base import GpuRef, Target
+from gameday.targets.base import GpuRef, Target, target_settings
 from gameday.targets.lab import LabLease
 from gameday.targets.open import open_target
 
@@ -116,6 +117,8 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
                                "extensions[gameday].target)", file=str(loaded.path),
                                path=f"method[{position}]",
                                line=loaded.line_of(f"method[{position}]"))
+        refuse_self_signal(kind.name, arguments, target,
+                           f"{loaded.path}: method[{position}] {activity.get('name')!r}")
         if kind.selector == "gpu":
             try:
                 gpus = target.resolve_gpus(arguments.get("gpu") or {}, where=f"{where}.gpu")
@@ -136,10 +139,11 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
     return planned
 
 
-def _default_journal_path(experiment_path: Path) -> Path:
+def _default_journal_path(experiment_path: Path, run_id: str) -> Path:
+    """``$GAMEDAY_JOURNALS/<UTC stamp>-<experiment>-<run id>.json``: unique per run."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     slug = re.sub(r"[^a-z0-9-]+", "-", experiment_path.stem.lower()).strip("-") or "experiment"
-    return paths.journals_dir() / f"{stamp}-{slug}.json"
+    return paths.journals_dir() / f"{stamp}-{slug}-{run_id}.json"
 
 
 def _environment() -> dict[str, Any]:
@@ -166,7 +170,7 @@ def run(options: RunOptions) -> RunOutcome:
         if options.render_plan:
             render(planned_run, options.out)
         return RunOutcome(planned_run.exit_code, plan=planned_run)
-    loaded = load_experiment(options.path)
+    loaded = load_experiment(options.path, options.variables)
     config = targetconfig.from_environment(options.target_config)
     sign_key = None
     if options.sign_key:
@@ -174,6 +178,9 @@ def run(options: RunOptions) -> RunOutcome:
 
         sign_key = signing.load_private(options.sign_key)
     kind = options.target or loaded.extension.target or "none"
+    if options.journal_path is not None and options.journal_path.exists():
+        raise JournalExists(f"--journal-path {options.journal_path} already exists; journals "
+                            "are never replaced")
     signals.reset()
     signals.install()
     lab_lease = LabLease(options.lab_dir,
@@ -182,7 +189,8 @@ def run(options: RunOptions) -> RunOutcome:
     try:
         if kind == "lab":
             lab_lease.ensure()
-        target = open_target(kind, options.variables, lab_dir=options.lab_dir)
+        target = open_target(kind, target_settings(loaded.experiment, options.variables),
+                             lab_dir=options.lab_dir)
         session = sessions.Session(target=target, extension=loaded.extension,
                                    ledger_path=paths.ledger_path(), target_config=config)
         planned = plan_faults(loaded, target, session)
@@ -275,7 +283,7 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
     if session.breach:
         error = f"{error}; {session.breach}" if error else session.breach
     verdict = judge(journal, signal_exit=signals.STATE.exit_code, error=error,
-                    revert_failures=failures)
+                    revert_failures=failures, refused=session.refused)
     if verdict.status == "interrupted":
         journal["status"] = "interrupted"
     journal["gameday"] = {
@@ -295,8 +303,15 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
         "verdict": verdict.to_json(),
         "environment": _environment(),
     }
-    journal_path = options.journal_path or _default_journal_path(options.path)
+    journal_path = options.journal_path or _default_journal_path(options.path, session.run_id)
     journal = scrub(journal, _secrets(experiment, target))
     with signals.deferred():
-        write_journal(journal_path, journal, sign_key)
+        try:
+            write_journal(journal_path, journal, sign_key)
+        except JournalExists:  # appeared during the run: kept, this one written beside it
+            kept = journal_path
+            journal_path = kept.with_name(f"{kept.stem}-{session.run_id}{kept.suffix}")
+            write_journal(journal_path, journal, sign_key)
+            print(f"gameday: {kept} appeared during the run and is kept; this run's "
+                  f"journal is {journal_path.name}", file=sys.stderr)
     return RunOutcome(verdict.exit_code, journal_path, verdict, journal)

@@ -6,6 +6,7 @@ actions inject through it, verifiers read the fault onset and record their resul
 it, and closing it reverts everything still in the ledger.
 """
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
@@ -26,7 +28,7 @@ from gameday.engine.session_fanout import (
 )
 from gameday.engine.verdicts import VerifierResult
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
-from gameday.evidence.ledger import FaultEntry, Ledger
+from gameday.evidence.ledger import FaultEntry, Intent, Ledger, new_request_ids
 from gameday.experiment.extension import Extension
 from gameday.safety.alertmanager import SilenceHold
 from gameday.safety.locks import TargetLocks, target_key
@@ -74,6 +76,8 @@ class Session:
                                  self.run_id)
         self.breach: str | None = None  # why a safeguard interrupted the run
         self.silence: SilenceHold | None = None  # the extension's Alertmanager silence
+        self.refused: str | None = None  # why an agent refused a fault as invalid (exit 2)
+        self._doubts: list[str] = []  # why this run's outputs are no evidence (see doubt)
         self._fleet: int | None = None
 
     # -- target --------------------------------------------------------------------
@@ -140,9 +144,15 @@ class Session:
         client = self.require_target().agent(node)
         self.admit(node, target)
         lease = self.lease(lease_s)
-        fault = client.inject(kind, target, params, lease, run=self.run_id)
-        entry = self.entry(InjectRequest(node, kind, target, params), client.url, fault,
-                           lease=lease, action=action)
+        [request] = self.intend([InjectRequest(node, kind, target, params)], lease=lease,
+                                action=action)
+        try:
+            fault = client.inject(kind, target, params, lease, run=self.run_id,
+                                   request_id=request.request_id)
+        except AgentError as exc:
+            self.not_applied([(request, exc)])
+            raise
+        entry = self.entry(request, client.url, fault, lease=lease, action=action)
         if record:
             self.record_applied([entry])
         return entry
@@ -157,6 +167,67 @@ class Session:
         result per request) after rolling back, or a single request's own error."""
         return inject_requests(self, requests, action=action, lease_s=lease_s,
                                options=options)
+
+    def intend(self, requests: Sequence["InjectRequest"], *, lease: float, action: str = ""
+               ) -> list["InjectRequest"]:
+        """Give each request a request id and record their intents in the ledger (one
+        fsync'd write) before any of them is sent; returns the requests with their ids."""
+        target = self.require_target()
+        named = [dataclasses.replace(request, request_id=request_id) for request, request_id
+                 in zip(requests, new_request_ids(len(requests)), strict=True)]
+        urls = {node: target.agent(node).url for node in {r.node for r in named}}
+        self.ledger.record_intents([
+            Intent(request_id=r.request_id, kind=r.kind, node=r.node, agent_url=urls[r.node],
+                   target=dict(r.target), params=dict(r.params), lease_s=lease, action=action)
+            for r in named])
+        return named
+
+    def not_applied(self, failed: Sequence[tuple["InjectRequest", BaseException]]) -> None:
+        """Record failed requests as not applied: those never sent (any error but an
+        :class:`AgentError`) and those the agent refused; one without an answer (an
+        :class:`AgentError` without ``status``) stays open, for :meth:`resolve_intents`."""
+        self.ledger.record_not_applied([
+            (request.request_id, str(exc).strip().splitlines()[0] if str(exc).strip()
+             else type(exc).__name__) for request, exc in failed
+            if request.request_id and not (isinstance(exc, AgentError) and exc.status is None)])
+
+    def resolve_intents(self) -> list[str]:
+        """Ask the agents about this run's requests whose answer was never read: each is
+        reverted if the agent applied it, and refused from now on if not (one request
+        per agent and 1,024 ids); the outcome is recorded. Returns one line per request
+        left open."""
+        by_node: dict[str, list[Intent]] = {}
+        failures: list[str] = []
+        for intent in self.ledger.open_intents():
+            if intent.via == "agent":
+                by_node.setdefault(intent.node, []).append(intent)
+                continue
+            try:  # a route's revert is idempotent: it tells whether the change was there
+                reverted_at, why = self.routes[intent.via].revert(intent.entry(self.clock.now()))
+            except (GamedayError, KeyError) as exc:
+                failures.append(f"{intent.kind} request {intent.request_id} on {intent.node} "
+                                f"via {intent.via}: {exc}")
+                continue
+            held = why == "requested"
+            self.ledger.record_resolved(intent.request_id, "reverted" if held else "not_held",
+                                        intent.request_id if held else None, reverted_at)
+        chunks = [(node, intents[start:start + MAX_BATCH_ITEMS])
+                  for node, intents in by_node.items()
+                  for start in range(0, len(intents), MAX_BATCH_ITEMS)]
+        for node, intents in chunks:
+            try:
+                answers = self.require_target().agent(node).resolve_requests(
+                    [intent.request_id for intent in intents])
+            except (AgentError, TargetUnavailable) as exc:
+                failures.extend(f"{i.kind} request {i.request_id} on {node}: {exc}"
+                                for i in intents)
+                continue
+            for answer in answers:
+                fault = answer.get("fault") or {}
+                self.ledger.record_resolved(str(answer.get("request_id")),
+                                            str(answer.get("outcome")), fault.get("id"),
+                                            fault.get("reverted_at"))
+        return failures
 
     def lease(self, lease_s: float | None = None) -> float:
         """The lease a fault gets: ``lease_s``, else the extension's ``lease_s``."""
@@ -187,7 +258,8 @@ class Session:
             target=dict(request.target), params=dict(request.params),
             injected_at=str(fault.get("injected_at", "")),
             applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
-            lease_s=lease, action=action, details=dict(fault.get("details") or {}))
+            lease_s=lease, action=action, details=dict(fault.get("details") or {}),
+            request_id=request.request_id)
 
     def record_applied(self, entries: Sequence[FaultEntry]) -> None:
         """Record applied agent faults (one fsync'd ledger write), put them on the
@@ -203,6 +275,13 @@ class Session:
             entry = entries[0]
             log.info("fault applied", id=entry.id, kind=entry.kind, node=entry.node,
                      target=entry.target, injected_at=entry.injected_at)
+
+    def intend_external(self, intent: Intent, route: FaultRoute) -> None:
+        """Record the intent of a change about to be made other than through an agent
+        (``intent.via``), which ``route`` renews and reverts (and resolves, if its
+        outcome is never recorded)."""
+        self.routes[intent.via] = route
+        self.ledger.record_intents([intent])
 
     def record_external(self, entry: FaultEntry, route: FaultRoute) -> None:
         """Record a fault applied other than through an agent (``entry.via``, e.g. a
@@ -226,8 +305,11 @@ class Session:
         return failures
 
     def revert_all(self, reason: str = "rollback") -> list[str]:
-        """Revert every fault still active in the ledger; return one line per failure."""
+        """Revert every fault still active in the ledger, and resolve the requests whose
+        answer was never read; return one line per failure."""
         failures: list[str] = self._revert_routed(reason)
+        if self.target is not None:
+            failures += self.resolve_intents()
         if self.target is not None and len(self.ledger.active()) > 1:  # many: concurrently
             revert_entries(self, self.ledger.active(), reason)
         for entry in self.ledger.active():
@@ -259,6 +341,20 @@ class Session:
             if not result.name:
                 result.name = self.activity
             self.results.append(result)
+
+    def doubt(self, reason: str) -> None:
+        """Note that this run's outputs are not evidence from now on (a probe failed, a
+        steady state was unmet): ``reason`` is one line."""
+        with self._lock:
+            self._doubts.append(reason)
+
+    def doubts(self) -> list[str]:
+        """Why this run's outputs are not evidence: each failed verifier, and what
+        :meth:`doubt` noted; empty while all is well."""
+        with self._lock:
+            failed = [f"verifier {r.name or r.verifier} failed: {r.reason}"
+                      for r in self.results if r.passed is False]
+            return failed + list(self._doubts)
 
     def event(self, name: str, /, **detail: Any) -> None:
         self.events(name, [detail])

@@ -58,6 +58,8 @@ class InjectRequest:
     kind: str
     target: Mapping[str, Any]
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: the idempotency key its intent is recorded under before it is sent ("": none yet)
+    request_id: str = ""
 
     def label(self) -> str:
         """``node-0/gpu2`` for a GPU (as :meth:`GpuRef.label`), else ``node/key=value,...``."""
@@ -81,6 +83,11 @@ class FaultSession(Protocol):
     def run_id(self) -> str: ...
 
     def require_target(self) -> Target: ...
+
+    def intend(self, requests: Sequence[InjectRequest], *, lease: float, action: str = ""
+               ) -> list[InjectRequest]: ...
+
+    def not_applied(self, failed: Sequence[tuple[InjectRequest, BaseException]]) -> None: ...
 
     def lease(self, lease_s: float | None = None) -> float: ...
 
@@ -189,6 +196,7 @@ def inject_requests(session: FaultSession, requests: Sequence[InjectRequest], *,
     started = time.monotonic()
     target = session.require_target()
     lease = session.lease(lease_s)
+    requests = session.intend(requests, lease=lease, action=action)  # durable before sent
     several = len({request.node for request in requests}) > 1  # batches land one by one
 
     def apply(node: str, batch: list[InjectRequest]
@@ -215,7 +223,8 @@ def inject_requests(session: FaultSession, requests: Sequence[InjectRequest], *,
 
         return Then(client.start_inject_many([  # copied there
             {"kind": request.kind, "target": request.target, "params": request.params,
-             "lease_s": lease, "run": session.run_id} for request in batch], minimal=True),
+             "lease_s": lease, "run": session.run_id, "request_id": request.request_id}
+            for request in batch], minimal=True),
             finish)
 
     done: list[Outcome[InjectRequest]] = []
@@ -224,6 +233,7 @@ def inject_requests(session: FaultSession, requests: Sequence[InjectRequest], *,
     finally:  # even when interrupted: what was applied is recorded (then rolled back)
         with signals.deferred():
             session.record_applied([o.value for o in done if o.error is None])
+            session.not_applied([(o.job, o.error) for o in done if o.error is not None])
     entries = [o.value for o in outcomes if o.error is None]  # in the order of requests
     if len(outcomes) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error  # one target: its own error, nothing to roll back

@@ -60,8 +60,11 @@ def _unmet_probes(state: Mapping[str, Any] | None) -> list[str]:
 
 
 def judge(journal: Mapping[str, Any], *, signal_exit: int | None = None,
-          error: str | None = None, revert_failures: list[str] | None = None) -> Verdict:
-    """Turn a (possibly partial) toolkit journal into gameday's verdict."""
+          error: str | None = None, revert_failures: list[str] | None = None,
+          refused: str | None = None) -> Verdict:
+    """Turn a (possibly partial) toolkit journal into gameday's verdict; ``refused``
+    (an agent refused a fault as invalid input, e.g. a protected process: nothing of it
+    was applied) makes it exit 2."""
     reasons: list[str] = []
     states = journal.get("steady_states") or {}
     before = states.get("before")
@@ -84,6 +87,8 @@ def judge(journal: Mapping[str, Any], *, signal_exit: int | None = None,
     reasons.extend(f"not reverted: {line}" for line in revert_failures or [])
     if signal_exit is not None:
         return Verdict(False, signal_exit, "interrupted", reasons)
+    if refused:
+        return Verdict(False, EXIT_INVALID, "refused", [refused, *reasons])
     if journal.get("status") == "interrupted":
         reasons.append("interrupted")
     if reasons:

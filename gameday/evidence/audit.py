@@ -21,6 +21,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from gameday.bounded import MAX_JSON_BYTES, read_limited
+from gameday.errors import InvalidInput
 from gameday.evidence import signing
 from gameday.evidence.journal import CHAIN_FILE
 
@@ -60,10 +62,10 @@ class AuditResult:
 
 
 def _read(path: Path) -> tuple[bytes, dict[str, Any] | None]:
-    data = path.read_bytes()
+    data = read_limited(path, MAX_JSON_BYTES, "a journal")
     try:
         document = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return data, None
     return data, document if isinstance(document, dict) else None
 
@@ -173,5 +175,9 @@ def _signature_problem(path: Path, data: bytes, document: dict[str, Any] | None,
         if trusted is not None:
             return "not signed (a trusted public key was given)"
         return None
-    return signing.check(data, sig_path.read_bytes(),
+    try:
+        signature = read_limited(sig_path, 65_536, "a signature file")
+    except InvalidInput as exc:
+        return str(exc)
+    return signing.check(data, signature,
                          declared if isinstance(declared, dict) else None, trusted)

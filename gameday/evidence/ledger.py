@@ -1,8 +1,16 @@
 """The ledger: a durable, append-only record of every fault a run applied.
 
-Each line of the ledger file is one JSON event (``applied``, ``renewed``, ``reverted``,
-``lost``), flushed and fsync'd before the call returns, so a crash of the orchestrator
-never loses what it injected. The in-memory view answers "what is still active".
+Each line of the ledger file is one JSON event (``intent``, ``applied``,
+``not_applied``, ``resolved``, ``renewed``, ``reverted``, ``lost``), flushed and fsync'd
+before the call returns, so a crash of the orchestrator never loses what it injected.
+The in-memory view answers "what is still active".
+
+The ledger is written ahead: a request's ``intent`` (run, agent, node, kind, target,
+its request id, lease) is durable before the request leaves, so a request whose
+answer the orchestrator never read (it died, or the agent answered too late) is still
+known; its outcome comes as ``applied`` (the fault carries its ``request_id``),
+``not_applied`` (the agent refused it) or ``resolved`` (cleanup asked the agent:
+``reverted`` or ``never_applied``). :func:`open_intents` lists those without one.
 
 The faults of one agent's batch share one ``applied`` event (:func:`applied_events`:
 their common fields once, a ``faults`` list of their own), and reverts with one reason
@@ -18,6 +26,7 @@ import json
 import os
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +52,7 @@ class FaultEntry:
     revert_reason: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     via: str = "agent"  # or "kubernetes": applied through the API, reverted by details.inverse
+    request_id: str = ""  # the idempotency key its request carried (its intent's)
 
     @property
     def active(self) -> bool:
@@ -62,7 +72,7 @@ class FaultEntry:
             "applied_at": self.applied_at, "expires_at": self.expires_at,
             "lease_s": self.lease_s, "action": self.action, "reverted_at": self.reverted_at,
             "revert_reason": self.revert_reason, "details": self.details,
-            "inverse": self.inverse, "via": self.via,
+            "inverse": self.inverse, "via": self.via, "request_id": self.request_id,
         }
 
 
@@ -75,7 +85,7 @@ def agent_inverse(agent_url: str, fault_id: str) -> dict[str, str]:
 _SHARED: Final = ("kind", "node", "agent_url", "params", "injected_at", "lease_s", "action",
                   "via")
 #: The fields each fault of it states in its ``faults`` list.
-_OWN: Final = ("id", "target", "applied_at", "expires_at", "details")
+_OWN: Final = ("id", "target", "applied_at", "expires_at", "details", "request_id")
 #: Its lease times, stated once too when every fault of it has the same (an agent times
 #: the faults of a batch together).
 _TIMES: Final = ("applied_at", "expires_at")
@@ -121,6 +131,40 @@ def applied_events(entries: list[FaultEntry], extra: dict[str, Any]
     return events
 
 
+@dataclass(frozen=True)
+class Intent:
+    """A fault request about to be sent: recorded before it leaves (write-ahead)."""
+
+    request_id: str
+    kind: str
+    node: str
+    agent_url: str
+    target: dict[str, Any]
+    params: dict[str, Any]
+    lease_s: float
+    action: str = ""
+    via: str = "agent"  # or "kubernetes": then ``request_id`` is the mark's id
+    inverse: dict[str, Any] = field(default_factory=dict)  # how to undo it (not via agent)
+
+    def entry(self, now: float) -> FaultEntry:
+        """The fault this intent would have made (what a route reverts), as of ``now``."""
+        return FaultEntry(id=self.request_id, kind=self.kind, node=self.node,
+                          agent_url=self.agent_url, target=self.target, params=self.params,
+                          injected_at=self.via, applied_at=now, expires_at=now,
+                          lease_s=self.lease_s, action=self.action,
+                          details={"inverse": self.inverse}, via=self.via,
+                          request_id=self.request_id)
+
+
+#: The fields the intents of one ``intent`` event share when they are alike, stated once.
+_INTENT_SHARED: Final = ("kind", "node", "agent_url", "params", "lease_s", "action", "via")
+
+
+def new_request_ids(count: int) -> list[str]:
+    """``count`` new request ids (idempotency keys): ``r-`` and 32 random hex digits."""
+    return [f"r-{uuid.uuid4().hex}" for _ in range(count)]
+
+
 class Ledger:
     """Append-only fault ledger for one run, backed by a JSON-lines file."""
 
@@ -128,6 +172,7 @@ class Ledger:
         self.path = path
         self.run_id = run_id
         self._entries: dict[str, FaultEntry] = {}
+        self._intents: dict[str, Intent] = {}  # by request id, while without an outcome
         self._lock = threading.Lock()
         self._host = socket.gethostname()
         self._unsynced = False  # lines written without fsync since the last one
@@ -157,8 +202,63 @@ class Ledger:
             sync_file(self.path)
             self._unsynced = False
 
+    def record_intents(self, intents: list[Intent]) -> None:
+        """Record requests about to be sent (one write, fsync'd before returning): one
+        ``intent`` event per run of intents alike in :data:`_INTENT_SHARED`."""
+        if not intents:
+            return
+        with self._lock:
+            events: list[tuple[str, dict[str, Any]]] = []
+            for intent in intents:
+                self._intents[intent.request_id] = intent
+                own: dict[str, Any] = {"request_id": intent.request_id,
+                                       "target": intent.target}
+                if intent.inverse:
+                    own["inverse"] = intent.inverse
+                last = events[-1][1] if events else None
+                if last is not None and all(last[name] == getattr(intent, name)
+                                            for name in _INTENT_SHARED):
+                    last["requests"].append(own)
+                    continue
+                events.append(("intent", {**{name: getattr(intent, name)
+                                             for name in _INTENT_SHARED},
+                                          "pid": os.getpid(), "host": self._host,
+                                          "requests": [own]}))
+            self._append_many(events, sync=True)
+
+    def record_not_applied(self, refused: list[tuple[str, str]]) -> None:
+        """Record requests ``(request_id, why)`` the agent answered without applying
+        (one write, fsync'd); a request without an open intent is skipped."""
+        with self._lock:
+            events = [("not_applied", {"request_id": request_id, "reason": why})
+                      for request_id, why in refused
+                      if self._intents.pop(request_id, None) is not None]
+            if events:
+                self._append_many(events, sync=True)
+
+    def record_resolved(self, request_id: str, outcome: str, fault_id: str | None = None,
+                        reverted_at: float | None = None) -> None:
+        """Record what the agent said became of a request without an answer
+        (``reverted``: it was applied as ``fault_id`` and reverted at ``reverted_at``;
+        ``never_applied``)."""
+        with self._lock:
+            self._intents.pop(request_id, None)
+            self._append("resolved", {"request_id": request_id, "outcome": outcome,
+                                      "fault_id": fault_id, "reverted_at": reverted_at})
+
+    def open_intents(self) -> list[Intent]:
+        """This run's requests sent without an outcome recorded (their answer unread)."""
+        with self._lock:
+            return list(self._intents.values())
+
+    def _close_intents(self, entries: list[FaultEntry]) -> None:
+        for entry in entries:
+            if entry.request_id:
+                self._intents.pop(entry.request_id, None)
+
     def record_applied(self, entry: FaultEntry) -> None:
         with self._lock:
+            self._close_intents([entry])
             self._entries[entry.id] = entry
             self._append("applied", {**entry.to_json(), "pid": os.getpid(),
                                      "host": socket.gethostname()})
@@ -168,6 +268,7 @@ class Ledger:
         already recorded are not written again."""
         with self._lock:
             new = [e for e in entries if e.id not in self._entries]
+            self._close_intents(new)
             for entry in new:
                 self._entries[entry.id] = entry
             extra = {"pid": os.getpid(), "host": self._host}
@@ -289,13 +390,14 @@ def sync_file(path: Path) -> None:
 
 
 def _events(path: Path) -> Iterator[Any]:
-    """Each event line of a ledger file, decoded (a torn last line after a crash skipped)."""
+    """The decoded lines of a ledger file (none if there is no file); a line that does
+    not decode (a torn last line after a crash) is skipped."""
     if not path.exists():
         return
     for raw in path.read_text(encoding="utf-8").splitlines():
         try:
             yield json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a torn line, or not ours
             continue
 
 
@@ -328,6 +430,28 @@ def read_silences(path: Path) -> list[dict[str, Any]]:
         elif event.get("event") == "silence-expired":
             silences.pop(event["silence_id"], None)
     return list(silences.values())
+
+
+def open_intents(path: Path) -> list[dict[str, Any]]:
+    """The intents of a ledger file without an outcome (for cleanup): one flat record
+    per request (``request_id``, ``run``, ``kind``, ``node``, ``agent_url``, ``target``,
+    ``params``, ``lease_s``, ``action``, ``via``), in the order written."""
+    intents: dict[str, dict[str, Any]] = {}
+    for event in _events(path):
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("event")
+        if kind == "intent" and isinstance(event.get("requests"), list):
+            common = {k: v for k, v in event.items() if k not in ("requests", "event")}
+            for one in event["requests"]:
+                if isinstance(one, dict) and isinstance(one.get("request_id"), str):
+                    intents[one["request_id"]] = {**common, **one}
+        elif kind in ("not_applied", "resolved", "forgotten"):
+            intents.pop(str(event.get("request_id")), None)
+        elif kind == "applied":
+            for one in fault_events(event):
+                intents.pop(str(one.get("request_id")), None)
+    return list(intents.values())
 
 
 def fault_events(event: Any) -> list[dict[str, Any]]:

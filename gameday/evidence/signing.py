@@ -103,7 +103,7 @@ def check(data: bytes, signature_file: bytes, declared: dict[str, Any] | None,
         document = json.loads(signature_file)
         signature = base64.b64decode(document["signature"], validate=True)
         public = base64.b64decode(document["public_key"], validate=True)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return "signature file is malformed"
     if document.get("algorithm") != ALGORITHM:
         return f"unknown signature algorithm {document.get('algorithm')!r}"

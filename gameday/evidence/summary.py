@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gameday.bounded import MAX_JSON_BYTES, decode_json, read_json, read_limited
 from gameday.errors import InvalidInput
 
 UNKNOWN = "unknown"
@@ -189,13 +190,7 @@ def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, A
 
 def read_journal(path: Path) -> tuple[dict[str, Any], JournalSummary]:
     """Read, hash and summarize one journal file."""
-    try:
-        data = path.read_bytes()
-        journal = json.loads(data)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read journal: {exc.strerror}", file=str(path)) from None
-    except ValueError as exc:
-        raise InvalidInput(f"not a JSON journal: {exc}", file=str(path)) from None
+    data, journal = read_json(path, "JSON journal")
     if not isinstance(journal, dict):
         raise InvalidInput("not a gameday journal (not a JSON object)", file=str(path))
     return journal, summarize(journal, path=str(path), sha256=hashlib.sha256(data).hexdigest())
@@ -241,20 +236,18 @@ def _top_level_sections(text: str) -> dict[str, Any] | None:
 
 def read_summary(path: Path) -> JournalSummary:
     """Hash and summarize one journal file, decoding only what the summary needs."""
+    data = read_limited(path, MAX_JSON_BYTES, "a journal")
     try:
-        data = path.read_bytes()
         text = data.decode("utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"cannot read journal: {exc.strerror}", file=str(path)) from None
     except UnicodeDecodeError:
         raise InvalidInput("not a JSON journal (not UTF-8)", file=str(path)) from None
     sha256 = hashlib.sha256(data).hexdigest()
-    sections = _top_level_sections(text)
+    try:
+        sections = _top_level_sections(text)
+    except RecursionError:
+        sections = None  # decoded whole below, which names the problem
     if sections is None:
-        try:
-            sections = json.loads(text)
-        except ValueError as exc:
-            raise InvalidInput(f"not a JSON journal: {exc}", file=str(path)) from None
+        sections = decode_json(text, str(path), "JSON journal")
         if not isinstance(sections, dict):
             raise InvalidInput("not a gameday journal (not a JSON object)", file=str(path))
     return summarize(sections, path=str(path), sha256=sha256)

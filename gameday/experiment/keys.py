@@ -61,7 +61,8 @@ def _activity(activity: Any, where: str, found: list[InvalidInput]) -> None:
     _check(activity, ACTIVITY, where, found)
     _check(activity.get("pauses"), PAUSES, f"{where}.pauses", found)
     provider = activity.get("provider")
-    if isinstance(provider, Mapping) and provider.get("type") in PROVIDERS:
+    if isinstance(provider, Mapping) and isinstance(provider.get("type"), str) \
+            and provider["type"] in PROVIDERS:
         _check(provider, PROVIDERS[str(provider["type"])], f"{where}.provider", found)
 
 

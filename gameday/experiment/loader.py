@@ -2,8 +2,10 @@
 
 The YAML is composed once into nodes so every key path maps to its line; the
 structure is checked here with precise paths, then the toolkit's own validation runs,
-then every fault action's arguments are checked against the fault catalogue. Nothing
-here injects anything.
+then every fault action's arguments are checked against the fault catalogue. An
+argument that is one ``"${key}"`` with a known value (the experiment's configuration,
+``--var``) is converted to its parameter's declared type first
+(:mod:`gameday.experiment.variables`). Nothing here injects anything.
 """
 
 import importlib
@@ -19,12 +21,13 @@ import yaml
 
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS, by_activity
+from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limited
 from gameday.errors import InvalidInput, first_line
 from gameday.experiment.extension import Extension, parse_extension
 from gameday.experiment.keys import did_you_mean, unknown_key, unknown_keys
+from gameday.experiment.variables import annotated_types, configuration_values, type_arguments
 
-MAX_BYTES = 1_000_000
-MAX_DEPTH = 32
+MAX_BYTES = MAX_YAML_BYTES
 
 #: What each target offers experiments as ``${...}`` configuration without being told
 #: (host and Kubernetes targets take theirs from the configuration).
@@ -59,9 +62,8 @@ def _join(base: str, key: Any) -> str:
 
 
 def _line_map(node: yaml.Node, base: str, lines: dict[str, int], depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise InvalidInput(f"nested deeper than {MAX_DEPTH} levels", path=base or "<root>",
-                           line=node.start_mark.line + 1)
+    """Record the line of every key path under ``node`` (its depth is bounded by the
+    loader, :data:`gameday.bounded.MAX_DEPTH`)."""
     lines[base] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
@@ -75,33 +77,36 @@ def _line_map(node: yaml.Node, base: str, lines: dict[str, int], depth: int) -> 
 
 
 def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    """Parse a YAML or JSON file into a mapping plus a key-path → line map."""
+    """Parse a YAML or JSON file into a mapping plus a key-path → line map, within the
+    limits of :mod:`gameday.bounded` (size, nesting, values with aliases expanded)."""
     where = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read: {exc.strerror}", file=where) from None
-    if len(raw) > MAX_BYTES:
-        raise InvalidInput(f"is {len(raw)} bytes, more than the {MAX_BYTES} allowed", file=where)
+    raw = read_limited(path, MAX_BYTES, "a YAML or JSON document")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"not UTF-8 (byte {exc.start})", file=where) from None
+    loader: BoundedLoader | None = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = BoundedLoader(text)
+        node = loader.get_single_node()
         lines: dict[str, int] = {}
         if node is not None:
             _line_map(node, "", lines, 0)
-        document = yaml.load(text, Loader=yaml.SafeLoader)
-    except InvalidInput as exc:  # nested too deep
-        raise InvalidInput(f"nested deeper than {MAX_DEPTH} levels", file=where,
-                           path=(exc.path or "")[:120], line=exc.line) from None
+        document = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
         raise InvalidInput(f"not valid YAML/JSON: {exc.problem}", file=where, line=line) from None
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise InvalidInput(f"not valid YAML/JSON: {first_line(exc)}", file=where) from None
+    except TooLarge as exc:
+        mark = exc.problem_mark
+        raise InvalidInput(f"too large: {exc.problem}", file=where,
+                           line=mark.line + 1 if mark else None) from None
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # ValueError: int digits
+        raise InvalidInput(f"not valid YAML/JSON: {first_line(exc)[:200]}",
+                           file=where) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if not isinstance(document, dict):
         raise InvalidInput("must be a mapping (an experiment object)", file=where, line=1)
     try:
@@ -112,10 +117,12 @@ def read_document(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return document, lines
 
 
-def load_experiment(path: Path) -> LoadedExperiment:
-    """Read and validate an experiment; every error is one line with file, path and line
-    (the first of :func:`check_experiment`'s is raised)."""
-    loaded, errors = check_experiment(path)
+def load_experiment(path: Path, variables: Mapping[str, str] | None = None
+                    ) -> LoadedExperiment:
+    """Read and validate an experiment, its typed arguments converted with ``variables``
+    (the ``--var`` values); every error is one line with file, path and line (the first
+    of :func:`check_experiment`'s is raised)."""
+    loaded, errors = check_experiment(path, typed=variables or {})
     if errors:
         raise errors[0]
     assert loaded is not None
@@ -123,14 +130,18 @@ def load_experiment(path: Path) -> LoadedExperiment:
 
 
 def check_experiment(path: Path, *, target: str | None = None,
-                     variables: Mapping[str, str] | None = None
+                     variables: Mapping[str, str] | None = None,
+                     typed: Mapping[str, str] | None = None
                      ) -> tuple[LoadedExperiment | None, list[InvalidInput]]:
     """Every error of an experiment, each one line with file, line and key path, and the
     experiment (None when it cannot be read at all).
 
-    With ``variables`` (``--var`` values, possibly none) every ``${name}`` must also be
-    defined: by the experiment's configuration or secrets, by ``variables``, or offered
-    by the target (``target``, else the extension's: :data:`OFFERED_VARIABLES`).
+    An argument that is exactly ``"${name}"`` with a known value (configuration, or
+    ``typed``/``variables``: ``--var`` values) is converted to its parameter's declared
+    type, and refused when it does not convert. With ``variables`` (``--var`` values,
+    possibly none) every ``${name}`` must also be defined: by the experiment's
+    configuration or secrets, by ``variables``, or offered by the target (``target``, else
+    the extension's: :data:`OFFERED_VARIABLES`).
     """
     try:
         document, lines = read_document(path)
@@ -156,6 +167,9 @@ def check_experiment(path: Path, *, target: str | None = None,
     except InvalidInput as exc:
         found.append(exc)
     if shaped:
+        values = configuration_values(document.get("configuration") or {},
+                                      {**(typed or {}), **(variables or {})})
+        attempt(type_arguments, _activities(document), values, _declared_types)
         for where, activity in _activities(document):
             attempt(_check_provider, where, activity)
         attempt(_check_coverage, document, loaded.extension)
@@ -263,6 +277,21 @@ def _activities(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
         for position, activity in enumerate(document.get(section) or []):
             found.append((f"{section}[{position}]", activity))
     return [(where, a) for where, a in found if "ref" not in a]
+
+
+def _declared_types(module_name: str, func_name: str) -> dict[str, type]:
+    """The ``int``/``float``/``bool`` parameters of an activity: the fault catalogue's
+    parameter types, else the function's annotations ({} if it does not import)."""
+    try:
+        func = getattr(importlib.import_module(module_name), func_name, None)
+    except ImportError:
+        return {}
+    found = annotated_types(func) if callable(func) else {}
+    kind = by_activity(module_name, func_name)
+    for param in kind.params if kind is not None else ():
+        if param.type in (int, float, bool):
+            found[param.name] = param.type
+    return found
 
 
 def _check_provider(where: str, activity: Mapping[str, Any]) -> None:

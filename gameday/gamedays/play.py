@@ -15,6 +15,7 @@ caller gives; what each run and the whole game day ended with is the caller's to
 """
 
 import datetime
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,7 +137,9 @@ class _ConsoleLines:
 
 
 def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    """The UTC second and a random suffix: two plays started in one second differ."""
+    return (datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+            + f"-{uuid.uuid4().hex[:8]}")
 
 
 def _targets(playbook: Playbook, planned: list[PlannedExperiment]) -> set[str]:

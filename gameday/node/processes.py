@@ -12,6 +12,14 @@ Every parameter and target key is checked before anything is signalled
 (:func:`check_signal_request`), and :func:`refusal` (a fixed denylist: init, the node's
 kubelet, container runtimes, sshd, journald, this agent's whole thread group and
 the fault filesystems) is asked about every process before it is.
+
+pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``).
+
+:func:`protected_processes` names the processes gameday never signals, whoever asks
+(the agent before it signals, the orchestrator when it plans): PID 1, the asking
+process and its ancestors, every gameday orchestrator (``gameday run``/``play``/
+``gate``) and its ancestors, gameday agents (``gameday agent serve``, the lab's node
+processes), fault-filesystem processes and the lab supervisor.
 """
 
 import contextlib
@@ -19,20 +27,22 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import re2
 
 from gameday.contract.backend import FaultRequest
-from gameday.errors import FaultRejected
+from gameday.errors import FaultRejected, ProtectedTarget
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
-           "Resolver", "SignalFault", "check_signal_request", "command_line", "compile_cmdline",
-           "find_processes", "parent_pid", "process_cgroup", "process_environ", "process_ref",
-           "process_state", "refusal", "select_processes", "thread_group"]
+           "ProtectedProcess", "Resolver", "SignalFault", "check_signal_request",
+           "command_line", "command_text", "compile_cmdline", "find_processes", "gameday_role",
+           "parent_pid", "process_cgroup", "process_environ", "process_ref", "process_state",
+           "protected_processes", "refusal", "refuse_protected", "select_processes",
+           "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
 
@@ -222,13 +232,133 @@ def check_signal_request(kind: str, request: FaultRequest, *,
                             f"and 86400, got {duration!r}")
 
 
+def command_text(pid: int) -> str:
+    """The command line of ``pid`` as one string (its command name if it has none)."""
+    argv = command_line(pid)
+    if argv:
+        return " ".join(argv)
+    stat = _stat(pid)
+    return f"[{stat[0]}]" if stat is not None else "?"
+
+
+#: gameday's own processes, by the module a ``python -m`` runs.
+_MODULE_ROLES: Final = {
+    "gameday.lab.supervisor": "the lab supervisor",
+    "gameday.lab.node": "a gameday agent (a lab node)",
+    "gameday.node.faultfs": "a fault-filesystem process",
+    "gameday.agent.serve": "a gameday agent",
+}
+#: gameday commands, by their first words.
+_COMMAND_ROLES: Final = {
+    ("run",): "a gameday orchestrator (gameday run)",
+    ("play",): "a gameday orchestrator (gameday play)",
+    ("gate",): "a gameday orchestrator (gameday gate)",
+    ("agent", "serve"): "a gameday agent",
+    ("lab", "up"): "the lab supervisor",
+}
+
+
+def gameday_role(argv: list[str]) -> str | None:
+    """What a command line is of gameday's own (``a gameday agent``...), else ``None``:
+    a ``gameday`` console command (``gameday run ...``), or ``python -m`` of gameday's
+    command line or of one of its process modules."""
+    for index, word in enumerate(argv[:3]):
+        rest: list[str] | None = None
+        if Path(word).name == "gameday":
+            rest = argv[index + 1:]
+        elif word == "-m" and index + 1 < len(argv):
+            module = argv[index + 1]
+            if module in _MODULE_ROLES:
+                return _MODULE_ROLES[module]
+            if module in ("gameday", "gameday.cli", "gameday.cli.main"):
+                rest = argv[index + 2:]
+        if rest is not None:
+            words = [w for w in rest if not w.startswith("-")][:2]
+            for command, role in _COMMAND_ROLES.items():
+                if tuple(words[:len(command)]) == command:
+                    return role
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class ProtectedProcess:
+    """A process gameday must never signal: its pid, command line, and why."""
+
+    pid: int
+    command: str
+    why: str
+
+    def line(self) -> str:
+        return f"pid {self.pid} ({self.command[:120]}): {self.why}"
+
+
+def _parent(pid: int) -> int:
+    stat = _stat(pid)
+    try:
+        return int(stat[1][1]) if stat is not None else 0
+    except (IndexError, ValueError):
+        return 0
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain: list[int] = []
+    parent = _parent(pid)
+    while parent > 0 and parent not in chain:
+        chain.append(parent)
+        parent = _parent(parent)
+    return chain
+
+
+def protected_processes(pids: Iterable[int]) -> list[ProtectedProcess]:
+    """Those of ``pids`` that gameday must never signal, each with why (in the order of
+    ``pids``): PID 1; the calling process and its ancestors; gameday's own processes
+    (:func:`gameday_role`: orchestrators, agents, fault filesystems, the lab supervisor);
+    and the ancestors of every gameday orchestrator on this host."""
+    wanted = list(dict.fromkeys(pids))
+    if not wanted:
+        return []
+    me = os.getpid()
+    own = gameday_role(command_line(me))
+    reasons: dict[int, str] = {1: "PID 1 (init)",
+                               me: f"this process itself ({own})" if own else "this process"}
+    for pid in _ancestors(me):
+        reasons.setdefault(pid, f"an ancestor of this process (pid {me})")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        role = gameday_role(command_line(pid))
+        if role is None:
+            continue
+        reasons.setdefault(pid, role)
+        if "orchestrator" in role:
+            for parent in _ancestors(pid):
+                reasons.setdefault(parent, f"an ancestor of {role.removeprefix('a ')} "
+                                           f"pid {pid}")
+    return [ProtectedProcess(pid, command_text(pid), reasons[pid])
+            for pid in wanted if pid in reasons]
+
+
+def refuse_protected(pids: Iterable[int], where: str) -> None:
+    """Raise :class:`ProtectedTarget` naming each protected process among ``pids``
+    (``where``: what selected them); nothing is signalled."""
+    protected = protected_processes(pids)
+    if protected:
+        raise ProtectedTarget(f"{where} matches {len(protected)} protected process"
+                              f"{'es' if len(protected) > 1 else ''}, nothing signalled: "
+                              + "; ".join(p.line() for p in protected))
+
+
 def find_processes(*, name: str | None = None, cmdline: str | None = None) -> list[int]:
     """Pids whose command name (or argv[0]'s basename) is ``name`` and/or whose command
-    line matches the RE2 pattern ``cmdline``; never this process."""
+    line matches the RE2 pattern ``cmdline``, this process among them if it matches (so
+    that a selector matching it is refused by :func:`refuse_protected` rather than quietly
+    narrowed to the others)."""
     pattern = compile_cmdline(cmdline) if cmdline else None
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         ref = process_ref(pid)
@@ -269,6 +399,9 @@ class SignalFault:
     def _refs(self, request: FaultRequest) -> list[ProcessRef]:
         check_signal_request(self.kind, request, max_processes=self.max_processes)
         pids = self.resolve(request.target, request.params)
+        if any(pid <= 0 for pid in pids):  # 0 and -1 would signal groups, or everything
+            raise FaultRejected(f"target: pids must be > 0, got {sorted(pids)[0]}")
+        refuse_protected(pids, f"target {_compact(request.target)}")
         refs = []
         for pid in pids:
             reason = refusal(pid) or (self.guard(pid) if self.guard is not None else None)
@@ -279,11 +412,13 @@ class SignalFault:
                 raise FaultRejected(f"target: no live process {pid}")
             refs.append(ref)
         if not refs:
-            raise FaultRejected(f"target: {dict(request.target)} matches no process")
-        limit = int(request.params.get("max_processes", 1))
+            raise FaultRejected(f"target: {_compact(request.target)} matches no process")
+        limit = int(request.params.get("max_processes") or 1)
         if len(refs) > limit:
-            raise FaultRejected(f"target: {dict(request.target)} matches {len(refs)} processes, "
-                                f"params.max_processes is {limit}; nothing signalled")
+            matched = "; ".join(f"pid {r.pid} ({command_text(r.pid)[:120]})" for r in refs)
+            raise FaultRejected(f"target: {_compact(request.target)} matches {len(refs)} "
+                                f"processes, params.max_processes is {limit}; nothing "
+                                f"signalled: {matched}")
         return refs
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
@@ -319,6 +454,10 @@ class SignalFault:
                 pids = self.resolve(request.target, request.params)
             refs = [r for r in map(process_ref, pids) if r is not None]
         _continue(refs)
+
+
+def _compact(target: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {v!r}" for k, v in target.items()) + "}"
 
 
 def _continue(refs: list[ProcessRef]) -> None:

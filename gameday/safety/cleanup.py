@@ -22,6 +22,12 @@ faults are still held.
      when the deadline is in the past or at most one lease away (nothing renews it any
      more, so the reconciler acts within a lease); a deadline further away, or none
      recorded, is a failure.
+1a. Every request the ledger holds an ``intent`` of but no outcome (the orchestrator
+   died between sending it and reading the answer) is resolved by asking its agent
+   (``POST /v1/requests:resolve``): reverted if the agent applied it, else refused by
+   the agent from then on and recorded as ``never_applied``. A Kubernetes-level intent
+   is resolved through the API: its mark (by id) is undone if it is on the node
+   (``reverted``), else recorded as ``not_held``. Each outcome is a ``resolved`` event.
 2. With ``--all-agents`` every known agent is also asked for its active faults, and
    each is reverted: the lab's agents (``lab.json``), those of the target
    configuration (``--target-config`` / ``$GAMEDAY_TARGET_CONFIG``) and the host agent
@@ -52,10 +58,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, GamedayError, ObservabilityError, first_line
-from gameday.evidence.ledger import FaultEntry, append_event, read_ledger, read_silences
+from gameday.evidence.ledger import (
+    FaultEntry,
+    append_event,
+    open_intents,
+    read_ledger,
+    read_silences,
+)
 from gameday.safety.alertmanager import AlertmanagerClient
 from gameday.safety.locks import runs_holding_locks
 from gameday.safety.targetconfig import TargetConfig
@@ -76,6 +89,7 @@ class CleanupReport:
     deferred: list[str] = field(default_factory=list)  # left to the node agents' reconcilers
     forgotten: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    never_applied: list[str] = field(default_factory=list)  # intents the agent never applied
 
     @property
     def exit_code(self) -> int:
@@ -110,7 +124,8 @@ def known_agents(lab_dir: Path | None, config: TargetConfig) -> tuple[dict[str, 
 
 def _describe(fault: dict[str, Any]) -> str:
     target = ",".join(f"{k}={v}" for k, v in sorted((fault.get("target") or {}).items()))
-    return f"{fault.get('kind', '?')} {fault.get('id', '?')} on {fault.get('node', '?')}" + (
+    name = fault.get("id") or f"request {fault.get('request_id', '?')}"
+    return f"{fault.get('kind', '?')} {name} on {fault.get('node', '?')}" + (
         f" [{target}]" if target else "")
 
 
@@ -129,9 +144,19 @@ class _Ledger:
 
     def forgotten(self, fault: dict[str, Any], reason: str) -> None:
         if self.path is not None:
+            key = ({"request_id": fault["request_id"]} if "id" not in fault
+                   else {"id": fault["id"]})
             append_event(self.path, "forgotten", str(fault.get("run", "cleanup")),
-                         {"id": fault["id"], "forgotten_at": self.clock.now(),
+                         {**key, "forgotten_at": self.clock.now(),
                           "forgotten_reason": reason})
+
+    def resolved(self, intent: dict[str, Any], outcome: str, fault_id: Any,
+                 reverted_at: Any) -> None:
+        if self.path is not None:
+            append_event(self.path, "resolved", str(intent.get("run", "cleanup")),
+                         {"request_id": intent["request_id"], "outcome": outcome,
+                          "fault_id": fault_id, "reverted_at": reverted_at,
+                          "by": "cleanup"})
 
 
 def _unreachable(fault: dict[str, Any], source: str, why: str, report: CleanupReport,
@@ -312,6 +337,8 @@ def cleanup(ledger_path: Path, *, lab_dir: Path | None, config: TargetConfig,
                          "target configuration)", report, ledger, forget_unreachable)
             continue
         _revert(client, fault, source, report, ledger, forget_unreachable)
+    _resolve_intents(open_intents(ledger_path), live, clients, kubernetes, report, ledger,
+                     forget_unreachable)
     if all_agents:
         report.failed.extend(f"FAILED to reach {problem}" for problem in problems)
         _sweep_agents(clients.items(), live_ids, report, clock)
@@ -344,6 +371,90 @@ def _expire_silences(ledger_path: Path, live: Mapping[str, Any], report: Cleanup
         report.reverted.append(f"{how}: {what}")
 
 
+def _resolve_intents(intents: list[dict[str, Any]], live: Mapping[str, Any],
+                     clients: Mapping[str, AgentClient], kubernetes: _KubernetesApi,
+                     report: CleanupReport, ledger: _Ledger, forget: bool) -> None:
+    """Resolve the requests sent without an outcome recorded (step 1a), one call per
+    agent (at most 1,024 request ids each)."""
+    by_url: dict[str, list[dict[str, Any]]] = {}
+    for intent in intents:
+        source = f"ledger intent, run {intent.get('run', '?')}"
+        if str(intent.get("run", "")) in live:
+            report.skipped.append(f"skipped (run still alive: "
+                                  f"{live[str(intent['run'])].describe()}): {_describe(intent)}")
+        elif intent.get("via", "agent") == "kubernetes":
+            _resolve_kubernetes(intent, kubernetes, source, report, ledger)
+        else:
+            by_url.setdefault(str(intent.get("agent_url", "")).rstrip("/"), []).append(intent)
+    for url, waiting in by_url.items():
+        client = clients.get(url)
+        for start in range(0, len(waiting), MAX_BATCH_ITEMS):
+            chunk = waiting[start:start + MAX_BATCH_ITEMS]
+            try:
+                if client is None:
+                    raise AgentError(f"no token known for agent {url} (add it to the target "
+                                     "configuration)")
+                answers = client.resolve_requests([str(i["request_id"]) for i in chunk])
+            except AgentError as exc:
+                for intent in chunk:
+                    source = f"ledger intent, run {intent.get('run', '?')}"
+                    if exc.status in _UNREACHABLE_STATUSES:
+                        _unreachable(intent, source, str(exc), report, ledger, forget)
+                    else:
+                        report.failed.append(f"FAILED {_describe(intent)} ({source}): {exc}")
+                continue
+            for intent, answer in zip(chunk, answers, strict=True):
+                _record_resolution(intent, answer, report, ledger)
+
+
+def _record_resolution(intent: dict[str, Any], answer: Mapping[str, Any],
+                       report: CleanupReport, ledger: _Ledger) -> None:
+    source = f"ledger intent, run {intent.get('run', '?')}"
+    outcome = str(answer.get("outcome"))
+    fault = answer.get("fault") or {}
+    ledger.resolved(intent, outcome, fault.get("id"), fault.get("reverted_at"))
+    if outcome == "reverted":
+        reason = str(fault.get("revert_reason") or "requested")
+        note = "reverted" if reason == "requested" else f"already reverted ({reason})"
+        report.reverted.append(f"{note}: {_describe({**intent, 'id': fault.get('id')})} "
+                               f"(request {intent['request_id']}, {source})")
+    else:
+        report.never_applied.append(f"never applied: {_describe(intent)} ({source}); the "
+                                    "agent refuses it from now on")
+
+
+def _resolve_kubernetes(intent: dict[str, Any], api: _KubernetesApi, source: str,
+                        report: CleanupReport, ledger: _Ledger) -> None:
+    from urllib3.exceptions import HTTPError
+
+    route = api.route()
+    if route is None:
+        report.failed.append(f"FAILED {_describe(intent)} ({source}, via kubernetes): no "
+                             f"Kubernetes configuration ({api.why}); set KUBECONFIG or "
+                             "GAMEDAY_K8S_API_URL")
+        return
+    entry = FaultEntry(
+        id=str(intent["request_id"]), kind=str(intent.get("kind", "")),
+        node=str(intent.get("node", "")), agent_url="", target=dict(intent.get("target") or {}),
+        params=dict(intent.get("params") or {}), injected_at="kubernetes", applied_at=0.0,
+        expires_at=0.0, lease_s=float(intent.get("lease_s") or 0.0),
+        details={"inverse": dict(intent.get("inverse") or {})}, via="kubernetes")
+    try:
+        reverted_at, reason = route.revert(entry)
+    except (GamedayError, HTTPError, OSError) as exc:
+        report.failed.append(f"FAILED {_describe(intent)} ({source}, via kubernetes): {exc}")
+        return
+    held = reason == "requested"
+    ledger.resolved(intent, "reverted" if held else "not_held", entry.id if held else None,
+                    reverted_at)
+    if held:
+        report.reverted.append(f"reverted (mark {entry.id}): {_describe(intent)} ({source}, "
+                               "via kubernetes)")
+    else:
+        report.never_applied.append(f"not held (no mark {entry.id} on the node): "
+                                    f"{_describe(intent)} ({source}, via kubernetes)")
+
+
 def _sweep_agents(clients: Iterable[tuple[str, AgentClient]], live_ids: set[str],
                   report: CleanupReport, clock: Clock) -> None:
     for url, client in clients:
@@ -360,8 +471,8 @@ def _sweep_agents(clients: Iterable[tuple[str, AgentClient]], live_ids: set[str]
 
 
 def print_report(report: CleanupReport, out: TextIO) -> None:
-    lines = (*report.reverted, *report.skipped, *report.deferred, *report.forgotten,
-             *report.failed)
+    lines = (*report.reverted, *report.never_applied, *report.skipped, *report.deferred,
+             *report.forgotten, *report.failed)
     for line in lines:
         print(line, file=out)
     if not lines:
@@ -369,5 +480,6 @@ def print_report(report: CleanupReport, out: TextIO) -> None:
         return
     extra = "".join(f", {len(items)} {name}" for name, items in (
         ("left to reconcilers", report.deferred), ("forgotten", report.forgotten)) if items)
-    print(f"cleanup: {len(report.reverted)} reverted, {len(report.skipped)} skipped, "
+    never = f", {len(report.never_applied)} never applied" if report.never_applied else ""
+    print(f"cleanup: {len(report.reverted)} reverted{never}, {len(report.skipped)} skipped, "
           f"{len(report.failed)} failed{extra}", file=out)

@@ -7,13 +7,13 @@ an operator thinks of them (``{holding_shard: 0}``, ``{node: node-0, index: 2}``
 injected.
 """
 
-import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gameday.bounded import read_json
 from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpclient import get_json
@@ -109,13 +109,12 @@ class Target:
 def read_lab_document(lab_dir: Path) -> dict[str, Any]:
     """Read the lab's discovery document (``lab.json``), or say that no lab runs."""
     path = lab_dir / "lab.json"
+    if not path.exists():
+        raise TargetUnavailable(f"no lab runs in {lab_dir} (start one with `gameday lab up`)")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TargetUnavailable(
-            f"no lab runs in {lab_dir} (start one with `gameday lab up`)") from None
-    except (OSError, ValueError) as exc:
-        raise TargetUnavailable(f"cannot read {path}: {exc}") from None
+        _, document = read_json(path, "lab discovery document", limit=1_000_000)
+    except InvalidInput as exc:
+        raise TargetUnavailable(str(exc)) from None
     if not isinstance(document, dict) or document.get("status") != "ready":
         raise TargetUnavailable(f"the lab in {lab_dir} is not ready")
     return document
@@ -132,16 +131,52 @@ def lab_target(lab_dir: Path) -> Target:
                   placement_url=document.get("placement_url"), source=str(lab_dir))
 
 
+def target_settings(experiment: Mapping[str, Any], variables: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+    """The settings a target is opened with, as a Chaos Toolkit user expects: the
+    experiment's ``secrets`` (every scope's keys, resolved as the toolkit resolves them),
+    under its ``configuration`` (``{type: env, key}`` entries resolved), under
+    ``variables`` (``--var``). :class:`InvalidInput` names an entry that does not
+    resolve (an environment variable that is not set, without a default)."""
+    from chaoslib.configuration import load_configuration
+    from chaoslib.exceptions import ChaosException
+    from chaoslib.secret import load_secrets
+
+    settings: dict[str, Any] = {}
+    try:
+        secrets = load_secrets(dict(experiment.get("secrets") or {}))
+        for scope in secrets.values():
+            if isinstance(scope, Mapping):
+                settings.update(scope)
+        settings.update(load_configuration(dict(experiment.get("configuration") or {})))
+    except ChaosException as exc:
+        raise InvalidInput(f"experiment configuration/secrets: {exc}") from None
+    settings.update(variables)
+    return settings
+
+
+def missing_setting(target: str, keys: Sequence[tuple[str, str]]) -> str:
+    """The error line for target settings ``keys`` (``(key, environment variable)``)
+    that no place set, naming every place a setting may come from."""
+    names = " and ".join(key for key, _ in keys)
+    envs = " / ".join(env for _, env in keys)
+    return (f"target {target} needs {names}: set {'each' if len(keys) > 1 else 'it'} with "
+            f"--var KEY=VALUE, in the experiment's configuration (a value or {{type: env, "
+            f"key: NAME}}), in its secrets (any scope), or in the environment as {envs}")
+
+
 def host_target(configuration: Mapping[str, Any]) -> Target:
-    """A single host running ``gameday agent serve``: URL and token from configuration/env,
-    TLS from :func:`gameday.targets.agent_tls.agent_tls_from` (``agent_ca``,
+    """A single host running ``gameday agent serve``: URL and token from the settings
+    (:func:`target_settings`), else ``GAMEDAY_AGENT_URL`` / ``GAMEDAY_AGENT_TOKEN``; TLS
+    from :func:`gameday.targets.agent_tls.agent_tls_from` (``agent_ca``,
     ``agent_client_cert``, ``agent_client_key``, ``agent_tls_server_name``)."""
     url = configuration.get("agent_url") or os.environ.get("GAMEDAY_AGENT_URL")
     token = configuration.get("agent_token") or os.environ.get("GAMEDAY_AGENT_TOKEN")
     if not url or not token:
-        raise TargetUnavailable(
-            "target host needs an agent: set configuration agent_url/agent_token or "
-            "GAMEDAY_AGENT_URL/GAMEDAY_AGENT_TOKEN")
+        keys = [(key, env) for key, env, value in (
+            ("agent_url", "GAMEDAY_AGENT_URL", url),
+            ("agent_token", "GAMEDAY_AGENT_TOKEN", token)) if not value]
+        raise TargetUnavailable(missing_setting("host", keys))
     client = agent_tls_from(configuration).client(str(url), str(token))
     try:
         node = str(client.health().get("node", "host"))

@@ -99,6 +99,10 @@ class KubeStandin:
         self.pdbs: list[Pdb] = []
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content-type)
         self.lock = threading.RLock()
+        # set hold_patches to answer every PATCH late: applied, then ``patched`` is set and
+        # the answer waits until hold_patches is (the caller can die meanwhile)
+        self.hold_patches: threading.Event | None = None
+        self.patched = threading.Event()
         self._rv = 100
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
@@ -233,6 +237,9 @@ def _make_handler(api: KubeStandin) -> type[BaseHTTPRequestHandler]:
             except _Failure as failure:
                 code, payload = failure.code, _status(failure.code, failure.reason,
                                                       failure.message)
+            if method == "PATCH" and api.hold_patches is not None:
+                api.patched.set()
+                api.hold_patches.wait(60)
             self._send(code, payload)
 
         def do_GET(self) -> None:

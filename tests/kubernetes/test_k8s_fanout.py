@@ -32,6 +32,7 @@ from gameday.engine.session_fanout import (
     inject_requests,
 )
 from gameday.errors import FaultRejected
+from gameday.evidence.ledger import open_intents
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target
 from gameday.targets.kubernetes.target import kubernetes_target
@@ -168,9 +169,10 @@ def test_an_interruption_mid_fan_out_still_records_what_was_applied(
                                 "corrupt_weights": False},
                         options=FanoutOptions(concurrency=4))
         # nothing more was sent, and every answer in flight was read and recorded:
-        # what the agents applied is what the ledger holds (i2's batch at least)
+        # what the agents applied is what the ledger holds (i2's batch at least); the
+        # requests never sent are resolved as never applied when the session closes
         assert 4 <= len(session.ledger.active()) == agents.active_faults()
-        assert session.close() == []
+        assert session.close() == [] and open_intents(tmp_path / "home" / "ledger.jsonl") == []
         assert agents.active_faults() == 0
 
 
@@ -228,7 +230,10 @@ def test_an_agent_that_never_answers_times_out_is_retried_and_the_rest_rolled_ba
                    for r in report.failed if r.error)
         assert len(report.rolled_back) == 6 and agents.active_faults() == 0
         assert 0.9 <= took < 5  # three tries of 0.3 s, not the default 5 s each
-        assert session.close() == []
+        unresolved = session.close()  # the hung agent's requests: applied or not, unknown
+        assert len(unresolved) == 2 and all(" on hung: " in line and "requests:resolve" in line
+                                            for line in unresolved), unresolved
+        assert {i["node"] for i in open_intents(tmp_path / "home" / "l.jsonl")} == {"hung"}
 
 
 def test_an_interruption_reads_what_is_in_flight_and_gives_up_on_a_hung_agent(
@@ -250,5 +255,6 @@ def test_an_interruption_reads_what_is_in_flight_and_gives_up_on_a_hung_agent(
             inject_requests(session, requests)
         assert time.monotonic() - started < 3
         assert 4 <= len(session.ledger.active()) == agents.active_faults()
-        assert session.close() == []
+        unresolved = session.close()  # the hung agent's requests stay open, for cleanup
+        assert unresolved and all(" on hung: " in line for line in unresolved), unresolved
         assert agents.active_faults() == 0

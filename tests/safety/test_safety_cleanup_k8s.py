@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from gameday.clock import FakeClock
-from gameday.evidence.ledger import FaultEntry, append_event, read_ledger
+from gameday.evidence.ledger import FaultEntry, append_event, open_intents, read_ledger
 from gameday.safety.cleanup import cleanup
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.kubernetes.config import KubeSettings, api_client
@@ -35,17 +36,21 @@ from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_a
 
 NAMESPACE = "gameday-system"
 
-ORCHESTRATOR = """
+#: An orchestrator's start: a session on the API at argv[1] (token argv[2]), ledger
+#: argv[3], lease argv[4].
+OPEN_SESSION = """
 import sys, time
 from pathlib import Path
 import faults.k8s as k8s
 from gameday.engine import session as sessions
 from gameday.experiment.extension import Extension
 from gameday.targets.kubernetes.target import kubernetes_target
-url, token, ledger = sys.argv[1:4]
+url, token, ledger, lease = sys.argv[1:5]
 target = kubernetes_target({"k8s_api_url": url, "k8s_api_token": token})
 sessions.activate(sessions.Session(target=target, ledger_path=Path(ledger),
-                                   extension=Extension(lease_s=30)))
+                                   extension=Extension(lease_s=float(lease))))
+"""
+ORCHESTRATOR = OPEN_SESSION + """
 k8s.node_cordon({"name": "node-0"})
 k8s.node_taint({"name": "node-0"}, key="gameday.dev/gdcln")
 k8s.node_cordon({"name": "node-1"})
@@ -87,7 +92,7 @@ def test_cleanup_reverts_kubernetes_faults_of_a_killed_run(cluster: KubeStandin,
     api = cluster
     ledger = tmp_path / "home" / "ledger.jsonl"
     orchestrator = subprocess.Popen(
-        [sys.executable, "-c", ORCHESTRATOR, api.url, api.token, str(ledger)],
+        [sys.executable, "-c", ORCHESTRATOR, api.url, api.token, str(ledger), "30"],
         env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
@@ -132,6 +137,58 @@ def test_cleanup_reverts_kubernetes_faults_of_a_killed_run(cluster: KubeStandin,
         assert node["spec"] == {} and node["metadata"]["annotations"] == {}, node
     assert all(f["reverted_at"] is not None for f in read_ledger(ledger))
 
+    second = gameday(["cleanup"], env, timeout=60)
+    assert second.returncode == 0 and second.stdout.strip() == "cleanup: nothing to revert"
+
+
+CORDON_ONLY = OPEN_SESSION + """
+k8s.node_cordon({"name": "node-0"})
+"""
+
+
+def test_a_mark_whose_answer_was_never_read_is_resolved_by_cleanup(cluster: KubeStandin,
+                                                                   tmp_path: Path) -> None:
+    """The API applies the cordon (and its mark) but answers late; the orchestrator is
+    SIGKILLed meanwhile: the ledger holds only the intent, whose id is the mark's, and
+    cleanup undoes the mark by that id. An intent whose mark never reached the node is
+    recorded as not held."""
+    api = cluster
+    ledger = tmp_path / "home" / "ledger.jsonl"
+    api.hold_patches = threading.Event()
+    orchestrator = subprocess.Popen(
+        [sys.executable, "-c", CORDON_ONLY, api.url, api.token, str(ledger), "300"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        assert api.patched.wait(60), "the cordon never reached the API"
+    finally:
+        orchestrator.send_signal(signal.SIGKILL)
+        assert orchestrator.wait(10) == -signal.SIGKILL
+        api.hold_patches.set()
+    assert _node(api, "node-0")["spec"] == {"unschedulable": True}
+    assert read_ledger(ledger) == []  # no outcome: only the intent
+    [intent] = open_intents(ledger)
+    mark = intent["request_id"]
+    assert intent["via"] == "kubernetes" and mark in _node(api, "node-0")["metadata"][
+        "annotations"][MARKS_ANNOTATION]
+    append_event(ledger, "intent", intent["run"], {
+        "kind": "k8s.node_cordon", "node": "node-1", "agent_url": "", "params": {},
+        "lease_s": 300, "action": "node_cordon", "via": "kubernetes",
+        "requests": [{"request_id": "k8s-never", "target": {"node": "node-1"},
+                      "inverse": {"op": "uncordon"}}]})
+    env = _env(tmp_path, GAMEDAY_K8S_API_URL=api.url, GAMEDAY_K8S_API_TOKEN=api.token)
+    first = gameday(["cleanup"], env, timeout=60)
+    assert first.returncode == 0, first.stdout + first.stderr
+    source = f"(ledger intent, run {intent['run']}, via kubernetes)"
+    assert first.stdout.strip().splitlines() == [
+        f"reverted (mark {mark}): k8s.node_cordon request {mark} on node-0 [node=node-0] "
+        f"{source}",
+        "not held (no mark k8s-never on the node): k8s.node_cordon request k8s-never on "
+        f"node-1 [node=node-1] {source}",
+        "cleanup: 1 reverted, 1 never applied, 0 skipped, 0 failed"]
+    node = _node(api, "node-0")
+    assert node["spec"] == {} and node["metadata"]["annotations"] == {}, node
+    assert open_intents(ledger) == []
     second = gameday(["cleanup"], env, timeout=60)
     assert second.returncode == 0 and second.stdout.strip() == "cleanup: nothing to revert"
 

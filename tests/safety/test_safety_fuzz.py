@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gameday.agent.server import AgentServer
+from gameday.bounded import MAX_DEPTH
 from gameday.errors import InvalidInput
-from gameday.experiment.loader import MAX_DEPTH, load_experiment
+from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import load_playbook
 from gameday.safety.targetconfig import load_target_config
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents

@@ -16,7 +16,7 @@ import pytest
 from gameday.engine.session import Session
 from gameday.engine.session_fanout import InjectRequest
 from gameday.errors import BlastRadiusExceeded
-from gameday.evidence.ledger import append_event, read_ledger
+from gameday.evidence.ledger import append_event, open_intents, read_ledger
 from gameday.experiment.extension import BlastRadius, Extension
 from gameday.safety.cleanup import cleanup
 from gameday.safety.locks import TargetLocked, TargetLocks, live_holders, target_key
@@ -137,8 +137,13 @@ def test_ledger_records_agent_lease_and_inverse(tmp_path: Path) -> None:
         session = Session(target=target_of(servers), ledger_path=ledger)
         entry = session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC,
                                lease_s=7)
-        [applied] = [json.loads(line) for line in ledger.read_text().splitlines()]
+        [intent, applied] = [json.loads(line) for line in ledger.read_text().splitlines()]
+        assert intent["event"] == "intent" and intent["agent_url"] == servers["node-0"].url
+        [request] = intent["requests"]
+        assert request["target"] == {"gpu": 0} and intent["lease_s"] == 7
         assert applied["event"] == "applied" and applied["run"] == session.run_id
+        assert applied["request_id"] == request["request_id"] == entry.request_id
+        assert open_intents(ledger) == []
         assert applied["agent_url"] == servers["node-0"].url and applied["lease_s"] == 7
         assert applied["inverse"] == {"method": "DELETE",
                                       "url": f"{servers['node-0'].url}/v1/faults/{entry.id}"}
@@ -166,8 +171,11 @@ def test_cleanup_reverts_what_a_dead_run_left_and_is_idempotent(tmp_path: Path) 
         dead.inject_many([InjectRequest(node, "gpu.ecc", {"gpu": gpu}, ECC)
                           for node, gpus in (("node-0", (2, 3)), ("node-1", (0, 1, 2)))
                           for gpu in gpus], lease_s=60)
-        batches = [json.loads(line) for line in (home / "ledger.jsonl").read_text().splitlines()]
+        events = [json.loads(line) for line in (home / "ledger.jsonl").read_text().splitlines()]
+        batches = [e for e in events if e["event"] == "applied"]
         assert sorted(len(b.get("faults", [b])) for b in batches) == [1, 1, 2, 3]
+        intents = [e for e in events if e["event"] == "intent"]
+        assert sorted(len(i["requests"]) for i in intents) == [1, 1, 2, 3]
         dead.locks.release_all()  # as if its process had died
         dead.renewer.stop()
         stray = servers["node-1"].registry  # a fault no ledger here knows of

@@ -95,8 +95,8 @@ def test_inputs_from_a_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (None, "cannot read inputs"),
-    ("{", "not JSON"),
+    (None, "cannot read: No such file"),
+    ("{", "not a JSON inputs file"),
     ('{"rows": 1}', "non-empty list"),
     ("[[1, 2], [3]]", "not rectangular"),
     ("[1, 2]", "2-D"),

@@ -7,9 +7,12 @@ alone) by ``{"env": {VAR: VALUE}}`` (``/proc/PID/environ``: ``RANK``, ``LOCAL_RA
 ``TORCHELASTIC_RUN_ID``), ``{"parent": {"name"|"cmdline"|"pid": ...}}`` (children of
 the matching processes, e.g. a ``torchrun`` agent's workers) and ``{"cgroup": REGEX}``
 (``/proc/PID/cgroup``, e.g. a container id), found through ``/proc``;
-more matches than ``params.max_processes`` is refused, and init and the agent itself
-are never signalled, nor anything the fixed denylist
-(:func:`gameday.node.processes.refusal`) names.
+more matches than ``params.max_processes`` is refused (naming every match), and so is
+a selector that matches a protected process
+(:func:`gameday.node.processes.protected_processes`: PID 1, the agent and its
+ancestors, gameday orchestrators and their ancestors, agents, fault filesystems, the
+lab supervisor) or anything the fixed denylist (:func:`gameday.node.processes.refusal`)
+names.
 """
 
 from collections.abc import Mapping

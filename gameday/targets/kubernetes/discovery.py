@@ -109,7 +109,9 @@ def agent_token(core: Any, settings: KubeSettings) -> str:
         raise TargetUnavailable(
             f"target kubernetes: cannot read Secret {settings.namespace}/"
             f"{settings.token_secret} for the agent token ({exc.status} {exc.reason}); "
-            "set agent_token or GAMEDAY_AGENT_TOKEN") from None
+            "set agent_token with --var KEY=VALUE, in the experiment's configuration (a "
+            "value or {type: env, key: NAME}), in its secrets (any scope), or in the "
+            "environment as GAMEDAY_AGENT_TOKEN") from None
     encoded = (secret.data or {}).get("token")
     try:
         token = base64.b64decode(encoded or "", validate=True).decode("utf-8").strip()

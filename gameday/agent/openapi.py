@@ -39,6 +39,9 @@ _MINIMAL = "a fault in a minimal answer, by what the batch did: " + "; ".join(
     f"{outcome}: {', '.join(names)}" for outcome, names in MINIMAL_FIELDS.items())
 _IDS = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "uniqueItems": True,
         "items": {"type": "string", "minLength": 1}}
+_MATCHES = ("what the target would hit: processes [{pid, command}], interfaces [name], "
+            "service and port, paths [resolved], cgroups, gpus [{index, uuid, name}]; {} "
+            "when the item is not admissible or its kind reports nothing")
 _FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
              "schema": {"type": "string", "minLength": 1}}
 
@@ -104,6 +107,17 @@ def spec() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchRenewRequest"}}}},
                 "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
+            "/v1/faults:check": {"post": {
+                "description": f"what injecting each of up to {MAX_BATCH_ITEMS} faults would "
+                               "answer (validation, the agent's policy, conflicts with held "
+                               "faults, caps) and what its target would hit, read-only: "
+                               "nothing is signalled, mounted, written or locked",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
+                "responses": {"200": {"description": "a result per item, in order",
+                                      "content": {"application/json": {"schema": {
+                                          "$ref": "#/components/schemas/CheckAnswer"}}}},
+                              **_errors(400, 401, 411, 413, 503)}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -137,6 +151,15 @@ def spec() -> dict[str, Any]:
                                         "properties": {"id": {"type": "string"},
                                                        "status": {"type": "integer"},
                                                        "error": {"type": "string"}}}}}},
+                "CheckAnswer": {"type": "object", "required": ["results"], "properties": {
+                    "results": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["index", "admissible", "status", "error", "matches"],
+                        "properties": {
+                            "index": {"type": "integer"}, "admissible": {"type": "boolean"},
+                            "status": {"enum": [200, 400, 403, 409, 429]},
+                            "error": {"type": ["string", "null"]},
+                            "matches": {"type": "object", "description": _MATCHES}}}}}},
                 "Fault": {"type": "object", "required": ["id", "kind", "applied_at",
                                                          "expires_at"],
                           "properties": {"id": {"type": "string"}, "kind": {"type": "string"},

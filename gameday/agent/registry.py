@@ -24,12 +24,13 @@ import pathlib
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import structlog
 
-from gameday.agent.backend import Backend, FaultRequest, backend_batch
+from gameday.agent.backend import Backend, FaultRequest, backend_batch, backend_check
 from gameday.agent.conflicts import TargetIndex, first_holder
 from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
@@ -225,11 +226,7 @@ class FaultRegistry:
         """
         lease_s = check_lease(lease_s)
         kinds = self.kinds()
-        if request.kind not in kinds:
-            raise InvalidInput(
-                f"unknown fault kind {request.kind!r}; backend {self.backend.name} on node "
-                f"{self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
-        self.limits.check(request.kind, lease_s)
+        self._admit(request, lease_s, kinds)
         target = dict(request.target)
         with self._cond:
             if self._closed:
@@ -290,11 +287,7 @@ class FaultRegistry:
         for index, (request, lease_s) in enumerate(items):
             try:
                 checked.append((request, check_lease(lease_s)))
-                if request.kind not in kinds:
-                    raise InvalidInput(
-                        f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
-                        f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
-                self.limits.check(request.kind, lease_s)
+                self._admit(request, lease_s, kinds)
             except (InvalidInput, PolicyRefused) as exc:
                 raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
         faults = new_faults(checked, kinds, self._clock.now())
@@ -356,6 +349,65 @@ class FaultRegistry:
         if closing:
             self.revert_many([fault.id for fault in applied], "agent-shutdown")
         return applied
+
+    def check_many(self, items: Sequence[tuple[FaultRequest, float] | GamedayError]
+                   ) -> list[dict[str, Any] | GamedayError]:
+        """What applying each item on its own, in order, would answer, read-only: per
+        item what its target would hit (the backend's check, :func:`backend_check`), or
+        the error an inject would end in (an item given as an error stays that error;
+        a bad lease or unknown kind, the caps of :attr:`limits`, a conflict with a held
+        fault or an earlier item, the backend's refusal, then the room left under
+        ``max_active`` once the earlier admissible items hold theirs). Nothing is applied, saved or
+        signalled; the lock is held only to compare with the held faults, never while
+        the backend looks (one backend batch, so one ``/proc`` read on a host).
+        :class:`AgentClosing` if the agent is shutting down."""
+        kinds = self.backend.kinds()
+        results: list[dict[str, Any] | GamedayError] = []
+        checked: list[tuple[int, FaultRequest, float]] = []
+        for index, item in enumerate(items):
+            results.append({})
+            if isinstance(item, GamedayError):
+                results[index] = item
+                continue
+            request, lease_s = item
+            try:
+                self._admit(request, check_lease(lease_s), kinds)
+            except (InvalidInput, PolicyRefused) as exc:
+                results[index] = exc
+                continue
+            checked.append((index, request, lease_s))
+        faults = new_faults([(request, lease_s) for _, request, lease_s in checked], kinds,
+                            self._clock.now())
+        with self._cond:
+            if self._closed:
+                raise AgentClosing(f"agent on node {self.node} is shutting down")
+            room = self.limits.max_active - len(self._live)
+            holders = TargetIndex(e.fault for e in self._live.values())
+            earlier = {f.id for f in faults}
+        admissible: list[tuple[int, FaultRequest]] = []
+        for (index, request, _), fault in zip(checked, faults, strict=True):
+            same = holders.add(fault)
+            if same is None:
+                admissible.append((index, request))
+                continue
+            where = "an earlier item" if same.id in earlier else same.id
+            results[index] = FaultConflict(
+                f"{fault.kind} is already active on target {_compact(fault.target)} "
+                f"as {where}; revert it first", existing=same)
+        with backend_batch(self.backend):
+            for index, request in admissible:
+                try:
+                    results[index] = backend_check(self.backend, request)
+                except (FaultRejected, InvalidInput) as exc:
+                    results[index] = exc
+                    continue
+                if room <= 0:
+                    results[index] = LimitReached(
+                        f"node {self.node} would hold {self.limits.max_active} faults with "
+                        f"the earlier items; {self.limits.source} allows "
+                        f"{self.limits.max_active} at once")
+                room -= 1
+        return results
 
     def revert_many(self, fault_ids: list[str], reason: RevertReason = "requested"
                     ) -> list[Fault | GamedayError]:
@@ -460,6 +512,15 @@ class FaultRegistry:
         raise FaultGone(
             f"fault {fault_id} was reverted at {gone.reverted_at} ({gone.revert_reason}); "
             "inject it again", fault=gone)
+
+    def _admit(self, request: FaultRequest, lease_s: float, kinds: Mapping[str, str]) -> None:
+        """:class:`InvalidInput` for a kind the backend lacks, :class:`PolicyRefused` for
+        one :attr:`limits` refuses or a lease over its cap."""
+        if request.kind not in kinds:
+            raise InvalidInput(
+                f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
+                f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
+        self.limits.check(request.kind, lease_s)
 
     def _check_room(self, count: int) -> None:
         """:class:`LimitReached` unless ``count`` more faults fit under the cap (called

@@ -49,6 +49,7 @@ from gameday.agent.protocol import (
     Outcome,
     RevertReason,
     decode_body,
+    parse_batch_check,
     parse_batch_ids,
     parse_batch_inject,
     parse_inject,
@@ -71,7 +72,7 @@ from gameday.agent.registry import (
 from gameday.agent.tls import ServerTLS, peer_identity
 from gameday.agent.tokens import TokenSet
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import FaultRejected, GamedayError, InvalidInput
+from gameday.errors import FaultRejected, GamedayError, InvalidInput, first_line
 
 __all__ = ["AgentServer"]
 
@@ -87,7 +88,7 @@ PER_SOURCE_CONNECTIONS: Final = 16
 
 _PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics", "/openapi.json"})
 _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
-                                 "/v1/faults:batch-renew"})
+                                 "/v1/faults:batch-renew", "/v1/faults:check"})
 
 
 class _HTTPFailure(BadRequestHead):
@@ -313,6 +314,21 @@ class AgentServer:
         return _batch_reply(ids, self.registry.renew_many(ids, lease_s),
                             minimal="renewed" if request.minimal else None)
 
+    def _check(self, request: _Request) -> _Reply:
+        """``POST /v1/faults:check``: per item what an inject would answer and what its
+        target would hit, read-only (:meth:`FaultRegistry.check_many`)."""
+        items = parse_batch_check(decode_body(request.body or b""))
+        results: list[dict[str, Any]] = []
+        for index, result in enumerate(self.registry.check_many(items)):
+            if isinstance(result, GamedayError):
+                results.append({"index": index, "admissible": False,
+                                "status": _status_of(result) or 500,
+                                "error": first_line(result), "matches": {}})
+            else:
+                results.append({"index": index, "admissible": True, "status": 200,
+                                "error": None, "matches": result})
+        return _json_reply(200, {"results": results})
+
     def _get(self, request: _Request, fault_id: str) -> _Reply:
         return _fault_reply(200, self.registry.get(fault_id))
 
@@ -379,6 +395,7 @@ _FIXED_ROUTES: Final[dict[str, dict[str, _Route]]] = {
     "/v1/faults:batch": {"POST": AgentServer._inject_batch},
     "/v1/faults:batch-revert": {"POST": AgentServer._revert_batch},
     "/v1/faults:batch-renew": {"POST": AgentServer._renew_batch},
+    "/v1/faults:check": {"POST": AgentServer._check},
 }
 #: Endpoints with a fault id in their path (none of them is a fixed one).
 _ID_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [

@@ -5,6 +5,8 @@ or ``duration_s`` later, sends SIGCONT) to the processes a resolver picks. Each 
 is remembered with its start time, so a revert never signals a process that reused the
 pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``);
 ``cmdline`` patterns are matched with RE2 (linear time: no pattern can stall the agent).
+Inside :func:`one_scan` (a batch, a check) every lookup filters one snapshot of ``/proc``
+(:class:`ProcessSnapshot`) instead of reading it again.
 
 Every parameter and target key is checked before anything is signalled
 (:func:`check_signal_request`), and :func:`refusal` (a fixed denylist: init, the node's
@@ -17,7 +19,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,9 @@ from gameday.agent.backend import FaultRequest
 from gameday.errors import FaultRejected
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
-           "Resolver", "SignalFault", "check_signal_request", "command_line", "compile_cmdline",
-           "find_processes", "process_ref", "process_state", "refusal", "thread_group"]
+           "ProcessSnapshot", "Resolver", "SignalFault", "check_signal_request",
+           "command_line", "compile_cmdline", "current_processes", "find_processes",
+           "one_scan", "process_ref", "process_state", "refusal", "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
 
@@ -186,25 +189,83 @@ def check_signal_request(kind: str, request: FaultRequest, *,
                             f"and 86400, got {duration!r}")
 
 
+class ProcessSnapshot:
+    """The live processes of ``/proc`` at one moment (never this process), each read
+    once (its ``stat`` and ``cmdline``), for selectors to filter without reading
+    ``/proc`` again. :meth:`matching` is the name and command-line selector; others
+    filter :attr:`entries` themselves."""
+
+    def __init__(self, entries: list[tuple[ProcessRef, tuple[str, ...]]]) -> None:
+        #: ``(process, argv)`` per live process, by pid.
+        self.entries = entries
+
+    @classmethod
+    def scan(cls) -> "ProcessSnapshot":
+        """Read ``/proc`` now."""
+        me = os.getpid()
+        entries = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == me:
+                continue
+            ref = process_ref(int(entry.name))
+            if ref is not None:
+                entries.append((ref, tuple(command_line(ref.pid))))
+        entries.sort(key=lambda item: item[0].pid)
+        return cls(entries)
+
+    def matching(self, *, name: str | None = None, pattern: Any = None) -> list[int]:
+        """Pids whose command name (or argv[0]'s basename) is ``name`` and/or whose
+        command line the compiled RE2 ``pattern`` finds a match in, ascending."""
+        found = []
+        for ref, argv in self.entries:
+            if name is not None and name not in (ref.name, Path(argv[0]).name if argv else ""):
+                continue
+            if pattern is not None and not pattern.search(" ".join(argv)):
+                continue
+            found.append(ref.pid)
+        return found
+
+
+class _Scans(threading.local):
+    """This thread's open :func:`one_scan` (its depth) and the snapshot it read."""
+
+    depth = 0
+    snapshot: ProcessSnapshot | None = None
+
+
+_SCANS = _Scans()
+
+
+@contextlib.contextmanager
+def one_scan() -> Iterator[None]:
+    """Inside, this thread's :func:`find_processes` and :func:`current_processes` read
+    ``/proc`` once (at the first lookup) and filter that snapshot: a batch of many
+    process targets costs one scan, not one per item. Re-entrant."""
+    _SCANS.depth += 1
+    try:
+        yield
+    finally:
+        _SCANS.depth -= 1
+        if not _SCANS.depth:
+            _SCANS.snapshot = None
+
+
+def current_processes() -> ProcessSnapshot:
+    """The snapshot of this thread's :func:`one_scan` (read now if it has none yet), or
+    outside one a fresh scan."""
+    if not _SCANS.depth:
+        return ProcessSnapshot.scan()
+    if _SCANS.snapshot is None:
+        _SCANS.snapshot = ProcessSnapshot.scan()
+    return _SCANS.snapshot
+
+
 def find_processes(*, name: str | None = None, cmdline: str | None = None) -> list[int]:
     """Pids whose command name (or argv[0]'s basename) is ``name`` and/or whose command
-    line matches the RE2 pattern ``cmdline``; never this process."""
+    line matches the RE2 pattern ``cmdline``; never this process. Inside
+    :func:`one_scan`, from its snapshot."""
     pattern = compile_cmdline(cmdline) if cmdline else None
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        pid = int(entry.name)
-        ref = process_ref(pid)
-        if ref is None:
-            continue
-        argv = command_line(pid)
-        if name is not None and name not in (ref.name, Path(argv[0]).name if argv else ""):
-            continue
-        if pattern is not None and not pattern.search(" ".join(argv)):
-            continue
-        found.append(pid)
-    return sorted(found)
+    return current_processes().matching(name=name, pattern=pattern)
 
 
 Resolver = Callable[[Mapping[str, Any], Mapping[str, Any]], list[int]]
@@ -249,6 +310,12 @@ class SignalFault:
             raise FaultRejected(f"target: {dict(request.target)} matches {len(refs)} processes, "
                                 f"params.max_processes is {limit}; nothing signalled")
         return refs
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """What :meth:`apply` would signal, read-only: ``{"processes": [{"pid",
+        "command"}]}``, or the :class:`FaultRejected` it would raise."""
+        return {"processes": [{"pid": ref.pid, "command": " ".join(command_line(ref.pid))
+                               or ref.name} for ref in self._refs(request)]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         refs = self._refs(request)

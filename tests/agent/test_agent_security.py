@@ -247,8 +247,7 @@ def test_health_answers_when_every_connection_slot_is_busy(tmp_path: pathlib.Pat
             with pytest.raises(AgentError) as busy:
                 client.inject(KIND, {"gpu": 0}, {}, 30)
             assert busy.value.status == 503 and "only GET /healthz" in str(busy.value)
-            holder = socket.create_connection(("127.0.0.1", port))  # the health slot
-            time.sleep(0.2)
+            holder = _hold_health_slot(port)
             assert _health_status(port) == 503  # no slot left for this source
             holder.settimeout(10)
             assert holder.recv(100) == b""  # cut off by the slot's deadline
@@ -256,6 +255,22 @@ def test_health_answers_when_every_connection_slot_is_busy(tmp_path: pathlib.Pat
         for conn in [*idle, holder]:
             conn.close()
         assert MarkerBackend(tmp_path / "m").markers() == set()
+
+
+def _hold_health_slot(port: int) -> socket.socket:
+    """A connection that holds this source's health slot, sending nothing (the slot of
+    a connection just answered may take a moment to be free: then it is retried)."""
+    for _ in range(50):
+        holder = socket.create_connection(("127.0.0.1", port))
+        holder.settimeout(0.2)
+        try:
+            if holder.recv(100).startswith(b"HTTP/1.1 503"):  # no slot yet: busy
+                holder.close()
+                continue
+        except TimeoutError:
+            return holder  # nothing answered: it sits on the slot
+        holder.close()
+    raise AssertionError("the health slot never came free")
 
 
 def _health_status(port: int) -> int:

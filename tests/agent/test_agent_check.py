@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 
 from gameday.agent.audit import AuditTrail
+from gameday.agent.backend import FaultRequest
 from gameday.agent.policy import load_policy
 from gameday.agent.registry import Limits
 from gameday.agent.server import AgentServer
 from gameday.engine.agent_client import AgentClient
-from gameday.errors import AgentError
+from gameday.errors import AgentError, FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
+from gameday.lab.nodebackend import NodeBackend
 from gameday.node.host.backend import host_backend
 from gameday.node.processes import process_state
 from tests.node.net_support import netns_pair, sh
@@ -213,3 +215,16 @@ def test_host_backend_previews_interfaces_in_a_test_made_namespace(
         assert json.loads(state)[0]["operstate"] == "UP"  # nothing was taken down
         assert (sh(*nft, check=False).stdout if shutil.which("nft") else "") == rules_before
         assert client.faults() == []
+
+
+def test_a_lab_node_answers_checks_for_its_gpus_and_refuses_unknown_kinds(
+        tmp_path: pathlib.Path) -> None:
+    node = NodeBackend(VirtualGpuBackend("lab-0", tmp_path / "gpus", gpus=2), [])
+    with AgentServer(node, token=TOKEN, node="lab-0", state_path=tmp_path / "state.json"
+                     ) as server, AgentClient(server.url, TOKEN) as client:
+        gpu, bad = client.check_many([_ecc(1), _ecc(0) | {"params": {"count": -1}}])
+        assert gpu["matches"]["gpus"][0]["index"] == 1 and gpu["status"] == 200
+        assert bad["status"] == 400 and not bad["admissible"] and bad["matches"] == {}
+        assert client.faults() == []
+    with pytest.raises(FaultRejected, match="not supported by the lab node"):
+        node.check(FaultRequest("net.nothing", {}, {}))

@@ -56,6 +56,7 @@ bench: setup
 	$(PY) bench/gpu_check.py
 	$(PY) bench/faultfs_overhead.py
 	$(PY) bench/injection_latency.py --trials 20
+	$(PY) bench/process_scan.py
 
 lint: setup
 	$(VENV)/bin/ruff check gameday faults verifiers tests bench

@@ -45,6 +45,9 @@ _REQUEST_ID = {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_ID,
                "description": "the caller's idempotency key: a request (or batch) sent again "
                               "with the same ids is not applied again, its faults are "
                               "answered as they are now"}
+_MATCHES = ("what the target would hit: processes [{pid, command}], interfaces [name], "
+            "service and port, paths [resolved], cgroups, gpus [{index, uuid, name}]; {} "
+            "when the item is not admissible or its kind reports nothing")
 _FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
              "schema": {"type": "string", "minLength": 1}}
 
@@ -122,6 +125,17 @@ def spec() -> dict[str, Any]:
                                       "content": {"application/json": {"schema": {
                                           "$ref": "#/components/schemas/ResolveAnswer"}}}},
                               **_errors(400, 401, 411, 413, 500)}}},
+            "/v1/faults:check": {"post": {
+                "description": f"what injecting each of up to {MAX_BATCH_ITEMS} faults would "
+                               "answer (validation, the agent's policy, conflicts with held "
+                               "faults, caps) and what its target would hit, read-only: "
+                               "nothing is signalled, mounted, written or locked",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
+                "responses": {"200": {"description": "a result per item, in order",
+                                      "content": {"application/json": {"schema": {
+                                          "$ref": "#/components/schemas/CheckAnswer"}}}},
+                              **_errors(400, 401, 411, 413, 503)}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -170,6 +184,15 @@ def spec() -> dict[str, Any]:
                                         "properties": {"id": {"type": "string"},
                                                        "status": {"type": "integer"},
                                                        "error": {"type": "string"}}}}}},
+                "CheckAnswer": {"type": "object", "required": ["results"], "properties": {
+                    "results": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["index", "admissible", "status", "error", "matches"],
+                        "properties": {
+                            "index": {"type": "integer"}, "admissible": {"type": "boolean"},
+                            "status": {"enum": [200, 400, 403, 409, 429]},
+                            "error": {"type": ["string", "null"]},
+                            "matches": {"type": "object", "description": _MATCHES}}}}}},
                 "Fault": {"type": "object", "required": ["id", "kind", "applied_at",
                                                          "expires_at"],
                           "properties": {"id": {"type": "string"}, "kind": {"type": "string"},

@@ -29,6 +29,7 @@ __all__ = [
     "check_lease",
     "check_request_id",
     "decode_body",
+    "parse_batch_check",
     "parse_batch_ids",
     "parse_batch_inject",
     "parse_inject",
@@ -222,6 +223,21 @@ def parse_batch_inject(body: object) -> list[tuple[FaultRequest, float]]:
             parsed.append(parse_inject(item))
         except InvalidInput as exc:
             raise InvalidInput(f"faults[{index}]: {exc}") from None
+    return parsed
+
+
+def parse_batch_check(body: object) -> list[tuple[FaultRequest, float] | InvalidInput]:
+    """Parse a check body, ``{"faults": [inject body, ...]}`` (1..1024 items): each item
+    as :func:`parse_inject`, or the :class:`InvalidInput` it raised (that item's answer,
+    not the request's). A body that is not such a list raises."""
+    obj = _json_object(body, "body")
+    _check_fields(obj, _BATCH_INJECT_FIELDS)
+    parsed: list[tuple[FaultRequest, float] | InvalidInput] = []
+    for item in _batch_list(obj, "faults"):
+        try:
+            parsed.append(parse_inject(item))
+        except InvalidInput as exc:
+            parsed.append(exc)
     return parsed
 
 

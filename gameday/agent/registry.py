@@ -5,7 +5,8 @@ and reverts it when asked (``requested``), when its lease runs out (``lease-expi
 see :meth:`FaultRegistry.reap`), when the agent stops (``agent-shutdown``) or, for
 leftovers found in the state file, when the registry is created (``agent-restart``).
 
-Concurrency: one lock guards the registry's maps; backend calls run outside it. A
+Concurrency: one lock guards the registry's maps; backend calls and state-file writes
+(:class:`gameday.agent.statewriter.StateWriter`, a thread of its own) run outside it. A
 fault is *claimed* (its state set to ``reverting``) under the lock before the backend
 reverts it, so only one thread ever reverts a fault; others wait for it to finish.
 A fault is written to the state file (``applying``) before the backend applies it, so
@@ -24,6 +25,7 @@ import pathlib
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -34,8 +36,9 @@ from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile
+from gameday.agent.statewriter import StateWriter
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.contract.backend import Backend, FaultRequest, backend_batch
+from gameday.contract.backend import Backend, FaultRequest, backend_batch, backend_check
 from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput, first_line
 from gameday.logs import writes_info
 
@@ -59,6 +62,8 @@ __all__ = [
 REVERT_RETRY_S: Final = 1.0
 #: How many request ids (idempotency keys) the agent remembers, applied or resolved.
 REQUEST_MEMORY: Final = 16384
+#: Longest wait for the state file to be written (a request's; the reaper never waits).
+STATE_WRITE_WAIT_S: Final = 10.0
 
 _log = structlog.get_logger("gameday.agent")
 
@@ -194,6 +199,7 @@ class FaultRegistry:
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self._clock = clock
         self._state = StateFile(state_path)
+        self._writer = StateWriter(self._state, node=node, on_done=self._state_written)
         self._history_size = history_size
         self._settle_timeout_s = settle_timeout_s
         self._cond = threading.Condition(threading.Lock())
@@ -256,11 +262,7 @@ class FaultRegistry:
         """
         lease_s = check_lease(lease_s)
         kinds = self.kinds()
-        if request.kind not in kinds:
-            raise InvalidInput(
-                f"unknown fault kind {request.kind!r}; backend {self.backend.name} on node "
-                f"{self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
-        self.limits.check(request.kind, lease_s)
+        self._admit(request, lease_s, kinds)
         target = dict(request.target)
         with self._cond:
             known = self._known_requests([request.request_id])
@@ -330,11 +332,7 @@ class FaultRegistry:
         for index, (request, lease_s) in enumerate(items):
             try:
                 checked.append((request, check_lease(lease_s)))
-                if request.kind not in kinds:
-                    raise InvalidInput(
-                        f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
-                        f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
-                self.limits.check(request.kind, lease_s)
+                self._admit(request, lease_s, kinds)
             except (InvalidInput, PolicyRefused) as exc:
                 raise BatchRejected(index, exc, rolled_back=[], revert_failed=[]) from None
         faults = new_faults(checked, kinds, self._clock.now())
@@ -404,6 +402,65 @@ class FaultRegistry:
         if closing:
             self.revert_many([fault.id for fault in applied], "agent-shutdown")
         return applied
+
+    def check_many(self, items: Sequence[tuple[FaultRequest, float] | GamedayError]
+                   ) -> list[dict[str, Any] | GamedayError]:
+        """What applying each item on its own, in order, would answer, read-only: per
+        item what its target would hit (the backend's check, :func:`backend_check`), or
+        the error an inject would end in (an item given as an error stays that error;
+        a bad lease or unknown kind, the caps of :attr:`limits`, a conflict with a held
+        fault or an earlier item, the backend's refusal, then the room left under
+        ``max_active`` once the earlier admissible items hold theirs). Nothing is applied, saved or
+        signalled; the lock is held only to compare with the held faults, never while
+        the backend looks (one backend batch, so one ``/proc`` read on a host).
+        :class:`AgentClosing` if the agent is shutting down."""
+        kinds = self.backend.kinds()
+        results: list[dict[str, Any] | GamedayError] = []
+        checked: list[tuple[int, FaultRequest, float]] = []
+        for index, item in enumerate(items):
+            results.append({})
+            if isinstance(item, GamedayError):
+                results[index] = item
+                continue
+            request, lease_s = item
+            try:
+                self._admit(request, check_lease(lease_s), kinds)
+            except (InvalidInput, PolicyRefused) as exc:
+                results[index] = exc
+                continue
+            checked.append((index, request, lease_s))
+        faults = new_faults([(request, lease_s) for _, request, lease_s in checked], kinds,
+                            self._clock.now())
+        with self._cond:
+            if self._closed:
+                raise AgentClosing(f"agent on node {self.node} is shutting down")
+            room = self.limits.max_active - len(self._live)
+            holders = TargetIndex(e.fault for e in self._live.values())
+            earlier = {f.id for f in faults}
+        admissible: list[tuple[int, FaultRequest]] = []
+        for (index, request, _), fault in zip(checked, faults, strict=True):
+            same = holders.add(fault)
+            if same is None:
+                admissible.append((index, request))
+                continue
+            where = "an earlier item" if same.id in earlier else same.id
+            results[index] = FaultConflict(
+                f"{fault.kind} is already active on target {_compact(fault.target)} "
+                f"as {where}; revert it first", existing=same)
+        with backend_batch(self.backend):
+            for index, request in admissible:
+                try:
+                    results[index] = backend_check(self.backend, request)
+                except (FaultRejected, InvalidInput) as exc:
+                    results[index] = exc
+                    continue
+                if room <= 0:
+                    results[index] = LimitReached(
+                        f"node {self.node} would hold {self.limits.max_active} faults with "
+                        f"the earlier items; {self.limits.source} allows "
+                        f"{self.limits.max_active} at once")
+                room -= 1
+        return results
 
     def revert_many(self, fault_ids: list[str], reason: RevertReason = "requested"
                     ) -> list[Fault | GamedayError]:
@@ -509,6 +566,15 @@ class FaultRegistry:
             f"fault {fault_id} was reverted at {gone.reverted_at} ({gone.revert_reason}); "
             "inject it again", fault=gone)
 
+    def _admit(self, request: FaultRequest, lease_s: float, kinds: Mapping[str, str]) -> None:
+        """:class:`InvalidInput` for a kind the backend lacks, :class:`PolicyRefused` for
+        one :attr:`limits` refuses or a lease over its cap."""
+        if request.kind not in kinds:
+            raise InvalidInput(
+                f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
+                f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
+        self.limits.check(request.kind, lease_s)
+
     def _check_room(self, count: int) -> None:
         """:class:`LimitReached` unless ``count`` more faults fit under the cap (called
         with the lock held)."""
@@ -571,7 +637,7 @@ class FaultRegistry:
                     due.append((entry, "lease-expired"))
             for entry, _ in due:
                 entry.state = "reverting"
-        return self._finish_all(due)
+        return self._finish_all(due, wait_saved=False)
 
     def revert_all(self, reason: RevertReason) -> list[Fault]:
         """Revert every active fault, wait for reverts and applies already in flight,
@@ -608,10 +674,12 @@ class FaultRegistry:
             self.release()
 
     def release(self) -> None:
-        """Close the state file's directory (kept open between saves) now, leaving every
-        fault as it is; a later save opens it again."""
-        with self._cond:
-            self._state.close()
+        """Write what is pending and close the state file's directory (kept open between
+        saves), leaving every fault as it is; a later save opens it again. Waits up to
+        :data:`STATE_WRITE_WAIT_S` for a write in progress."""
+        if not self._writer.close(STATE_WRITE_WAIT_S):
+            self._log.error("state.close_timed_out", path=str(self._state.path),
+                            waited_s=STATE_WRITE_WAIT_S)
 
     # -- internals -------------------------------------------------------------------
 
@@ -663,9 +731,11 @@ class FaultRegistry:
                                    f"{self._settle_timeout_s:g}s; try again")
             self._cond.wait(remaining)
 
-    def _finish_all(self, due: list[tuple[_Entry, RevertReason]]) -> list[Fault]:
+    def _finish_all(self, due: list[tuple[_Entry, RevertReason]], *,
+                    wait_saved: bool = True) -> list[Fault]:
         # a failed revert is logged and retried by reap()
-        return [r for r in self._finish_batch(due) if isinstance(r, Fault)]
+        return [r for r in self._finish_batch(due, wait_saved=wait_saved)
+                if isinstance(r, Fault)]
 
     def _finish_revert(self, entry: _Entry, reason: RevertReason) -> Fault:
         """Revert a claimed entry (state ``reverting``) through the backend."""
@@ -674,11 +744,12 @@ class FaultRegistry:
             raise result
         return result
 
-    def _finish_batch(self, due: list[tuple[_Entry, RevertReason]]
-                      ) -> list[Fault | RevertFailed]:
+    def _finish_batch(self, due: list[tuple[_Entry, RevertReason]], *,
+                      wait_saved: bool = True) -> list[Fault | RevertFailed]:
         """Revert claimed entries (state ``reverting``) through the backend, one after
-        the other, then save the state once; a result per entry, in order. An entry
-        whose revert failed goes back to ``active`` and is retried every second."""
+        the other, then save the state once (waiting for the write unless not
+        ``wait_saved``: the reaper's); a result per entry, in order. An entry whose
+        revert failed goes back to ``active`` and is retried every second."""
         if not due:
             return []
         results: list[Fault | RevertFailed] = []
@@ -706,7 +777,7 @@ class FaultRegistry:
                     entry.retry_reason = reason
                     entry.retry_at = retry_at
             if any(isinstance(r, Fault) for r in results):
-                self._save(strict=False)
+                self._save(strict=False, wait=wait_saved)
             self._cond.notify_all()
         done = [result for result in results if isinstance(result, Fault)]
         for result in done:
@@ -840,19 +911,35 @@ class FaultRegistry:
         while len(self._history) > self._history_size:
             self._history.popitem(last=False)
 
-    def _save(self, *, strict: bool) -> None:
-        """Under the lock: write the live faults to the state file. ``strict`` raises a
-        failure as :class:`AgentError` (its caller reports it); otherwise it is logged
-        and the next change writes the file again."""
+    def _save(self, *, strict: bool, wait: bool = True) -> None:
+        """Under the lock: hand the live faults to the state writer (its own thread
+        writes the file) and, with ``wait``, wait until they are on disk, at most
+        :data:`STATE_WRITE_WAIT_S`, the lock released meanwhile, so that other requests
+        and the reaper go on. ``strict`` raises a failed or timed-out write as
+        :class:`AgentError` (its caller reports it); otherwise it is logged and the next
+        change writes the file again."""
         records = [{**e.fault.to_json(), "state": e.state} for e in self._live.values()]
-        try:
-            self._state.save(records, node=self.node, saved_at=self._clock.now())
-        except OSError as exc:
-            if strict:
-                raise AgentError(f"{self._state.path}: cannot save agent state "
-                                 f"({first_line(exc)})") from exc
-            self._log.error("state.save_failed", path=str(self._state.path),
-                            error=first_line(exc))
+        generation = self._writer.submit(records, self._clock.now())
+        if not wait:
+            return
+        deadline = time.monotonic() + STATE_WRITE_WAIT_S
+        while (outcome := self._writer.outcome(generation)) is False:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._cond.wait(remaining)
+        if outcome is True:
+            return
+        reason = (f"not written within {STATE_WRITE_WAIT_S:g} s" if outcome is False
+                  else first_line(outcome))
+        if strict:
+            raise AgentError(f"{self._state.path}: cannot save agent state ({reason})")
+        self._log.error("state.save_failed", path=str(self._state.path), error=reason)
+
+    def _state_written(self) -> None:
+        """The state writer finished a write: wake whoever waits for one."""
+        with self._cond:
+            self._cond.notify_all()
 
 
 def _distinct(fault_ids: list[str]) -> None:

@@ -48,6 +48,7 @@ from gameday.agent.protocol import (
     Outcome,
     RevertReason,
     decode_body,
+    parse_batch_check,
     parse_batch_ids,
     parse_batch_inject,
     parse_inject,
@@ -73,7 +74,7 @@ from gameday.agent.tls import ServerTLS, peer_identity
 from gameday.agent.tokens import TokenSet
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.contract.backend import Backend
-from gameday.errors import FaultRejected, GamedayError, InvalidInput, ProtectedTarget
+from gameday.errors import FaultRejected, GamedayError, InvalidInput, ProtectedTarget, first_line
 
 __all__ = ["AgentServer"]
 
@@ -86,10 +87,16 @@ REQUEST_DEADLINE_S: Final = 10.0
 #: Connections served at once, and from one source address.
 MAX_CONNECTIONS: Final = 64
 PER_SOURCE_CONNECTIONS: Final = 16
+#: Connections over those caps that are still read, for ``GET /healthz`` only (and from
+#: one source address), each within :data:`HEALTH_SLOT_DEADLINE_S`.
+HEALTH_SLOTS: Final = 4
+PER_SOURCE_HEALTH_SLOTS: Final = 1
+HEALTH_SLOT_DEADLINE_S: Final = 2.0
 
 _PUBLIC_PATHS: Final = frozenset({"/healthz", "/metrics", "/openapi.json"})
 _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
-                                 "/v1/faults:batch-renew", "/v1/requests:resolve"})
+                                 "/v1/faults:batch-renew", "/v1/requests:resolve",
+                                 "/v1/faults:check"})
 
 
 class _HTTPFailure(BadRequestHead):
@@ -319,6 +326,21 @@ class AgentServer:
         ids = parse_resolve(decode_body(request.body or b""))
         return _json_reply(200, {"requests": [r.to_json() for r in self.registry.resolve(ids)]})
 
+    def _check(self, request: _Request) -> _Reply:
+        """``POST /v1/faults:check``: per item what an inject would answer and what its
+        target would hit, read-only (:meth:`FaultRegistry.check_many`)."""
+        items = parse_batch_check(decode_body(request.body or b""))
+        results: list[dict[str, Any]] = []
+        for index, result in enumerate(self.registry.check_many(items)):
+            if isinstance(result, GamedayError):
+                results.append({"index": index, "admissible": False,
+                                "status": _status_of(result) or 500,
+                                "error": first_line(result), "matches": {}})
+            else:
+                results.append({"index": index, "admissible": True, "status": 200,
+                                "error": None, "matches": result})
+        return _json_reply(200, {"results": results})
+
     def _get(self, request: _Request, fault_id: str) -> _Reply:
         return _fault_reply(200, self.registry.get(fault_id))
 
@@ -386,6 +408,7 @@ _FIXED_ROUTES: Final[dict[str, dict[str, _Route]]] = {
     "/v1/faults:batch-revert": {"POST": AgentServer._revert_batch},
     "/v1/faults:batch-renew": {"POST": AgentServer._renew_batch},
     "/v1/requests:resolve": {"POST": AgentServer._resolve},
+    "/v1/faults:check": {"POST": AgentServer._check},
 }
 #: Endpoints with a fault id in their path (none of them is a fixed one).
 _ID_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [
@@ -475,6 +498,7 @@ class _AgentHTTPServer(ThreadingHTTPServer):
         self._max_connections = max_connections
         self._per_source = per_source
         self._sources: Counter[str] = Counter()
+        self._health_slots: dict[socket.socket, str] = {}  # each over the caps: its source
         self.deadlines = _Deadlines()
         self._wake_r, self._wake_w = os.pipe()  # shutdown() wakes serve_forever() with it
         os.set_blocking(self._wake_r, False)
@@ -531,8 +555,9 @@ class _AgentHTTPServer(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve the connection on a thread of its own, unless :data:`MAX_CONNECTIONS`
-        are served already or its source has its share: then ``503`` at once (one
-        non-blocking write) and closed."""
+        are served already or its source has its share: then on a health slot if one
+        is free (:meth:`_serve_health_slot`), else ``503`` at once (one non-blocking
+        write) and closed."""
         source = str(client_address[0])
         with self._connections_lock:
             busy = (len(self._connections) >= self._max_connections
@@ -540,6 +565,11 @@ class _AgentHTTPServer(ThreadingHTTPServer):
             if not busy:
                 self._connections[request] = source
                 self._sources[source] += 1
+            health_slot = busy and self._take_health_slot(request, source)
+        if health_slot:
+            threading.Thread(target=self._serve_health_slot, args=(request, client_address),
+                             name="agent-health-slot", daemon=True).start()
+            return
         if busy:
             self.agent._log.warning("agent.busy", client=source)
             with contextlib.suppress(OSError):
@@ -550,15 +580,44 @@ class _AgentHTTPServer(ThreadingHTTPServer):
             return
         super().process_request(request, client_address)
 
+    def _take_health_slot(self, request: Any, source: str) -> bool:
+        """Under the connections lock: hold one of :data:`HEALTH_SLOTS` for ``request``
+        if one is free and its source holds fewer than :data:`PER_SOURCE_HEALTH_SLOTS`."""
+        if (len(self._health_slots) >= HEALTH_SLOTS
+                or sum(1 for s in self._health_slots.values() if s == source)
+                >= PER_SOURCE_HEALTH_SLOTS):
+            return False
+        self._health_slots[request] = source
+        return True
+
+    def _serve_health_slot(self, request: Any, client_address: Any) -> None:
+        """One request on a connection over the caps: ``GET /healthz`` is answered, any
+        other ``503`` (:class:`_HealthSlotHandler`); the handshake, the head and every
+        read within :data:`HEALTH_SLOT_DEADLINE_S`; then closed."""
+        try:
+            self._finish(request, client_address, _HealthSlotHandler, HEALTH_SLOT_DEADLINE_S)
+        except Exception:
+            self.agent._log.exception("agent.health_slot_failed", client=client_address[0])
+        finally:
+            with self._connections_lock:
+                self._health_slots.pop(request, None)
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+            request.close()
+
     def finish_request(self, request: Any, client_address: Any) -> None:
         """Handle the connection (after a TLS handshake within
         :data:`REQUEST_DEADLINE_S`, for https)."""
+        self._finish(request, client_address, self.RequestHandlerClass, REQUEST_DEADLINE_S)
+
+    def _finish(self, request: Any, client_address: Any, handler: Any,
+                handshake_s: float) -> None:
         tls = self.agent.tls
         if tls is None:
-            super().finish_request(request, client_address)
+            handler(request, client_address, self)
             return
         try:
-            request.settimeout(REQUEST_DEADLINE_S)
+            request.settimeout(handshake_s)
             wrapped = tls.context().wrap_socket(request, server_side=True,
                                                 do_handshake_on_connect=False)
         except OSError:
@@ -567,7 +626,7 @@ class _AgentHTTPServer(ThreadingHTTPServer):
             self._wrapped[request] = wrapped
         try:
             wrapped.do_handshake()
-            super().finish_request(wrapped, client_address)
+            handler(wrapped, client_address, self)
         except (OSError, ssl.SSLError) as exc:
             self.agent._log.debug("agent.tls_failed", client=client_address[0], error=str(exc))
         finally:
@@ -634,7 +693,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         try:
             if not self.rfile.peek(1):  # idle (keep-alive) until the first byte
                 return
-            self._deadline = self.server.deadlines.arm(self.connection, REQUEST_DEADLINE_S)
+            self._deadline = self.server.deadlines.arm(self.connection, self._head_deadline())
             try:
                 head = read_request_head(self.rfile)
             except BadRequestHead as bad:
@@ -661,6 +720,10 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self._end_deadline()
+
+    def _head_deadline(self) -> float:
+        """Seconds the head and body of a request may take."""
+        return REQUEST_DEADLINE_S
 
     def _end_deadline(self) -> None:
         if self._deadline is not None:
@@ -786,3 +849,27 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         # Idle keep-alive timeouts and malformed request lines; never headers.
         self.server.agent._log.debug("agent.http", message=format % args)
+
+
+class _HealthSlotHandler(_AgentRequestHandler):
+    """A connection over the caps, on a health slot: one request, read within
+    :data:`HEALTH_SLOT_DEADLINE_S` (each read and the whole head); ``GET /healthz`` is
+    answered as always, anything else ``503``; then the connection is closed. It never
+    reaches the registry, so a busy agent still says it is alive."""
+
+    timeout = HEALTH_SLOT_DEADLINE_S
+
+    def handle(self) -> None:
+        self.handle_one_request()
+
+    def _head_deadline(self) -> float:
+        return min(REQUEST_DEADLINE_S, HEALTH_SLOT_DEADLINE_S)
+
+    def _dispatch(self) -> None:
+        self.close_connection = True
+        if self.command == "GET" and self.path.partition("?")[0] == "/healthz":
+            super()._dispatch()
+            return
+        self._send_failure(_HTTPFailure(503, "agent busy: too many connections; only "
+                                             "GET /healthz is answered now",
+                                        _headers={"Retry-After": "1"}))

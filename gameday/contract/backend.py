@@ -53,6 +53,12 @@ class Backend(Protocol):
     own records) to the end of the batch, which must run even when the batch raises.
     The lab's :class:`gameday.lab.devices.VirtualGpuBackend` publishes its GPUs' state
     and fault records once per batch. See :func:`backend_batch`.
+
+    Optional check hook: ``check(request) -> dict`` answers what ``apply`` would do
+    without doing it: it raises what ``apply`` would raise for an invalid or refused
+    request, and returns what the target would hit (``{"processes": [...]}``,
+    ``{"interfaces": [...]}``, ``{"paths": [...]}``, ``{"gpus": [...]}``). It signals,
+    mounts, writes and locks nothing. See :func:`backend_check`.
     """
 
     name: str
@@ -79,3 +85,10 @@ def backend_batch(backend: object) -> contextlib.AbstractContextManager[object]:
     """The backend's optional ``batch()`` context (see :class:`Backend`), else a no-op."""
     batch = getattr(backend, "batch", None)
     return batch() if callable(batch) else contextlib.nullcontext()
+
+
+def backend_check(backend: object, request: FaultRequest) -> dict[str, Any]:
+    """What ``request`` would hit, through the backend's optional ``check`` (see
+    :class:`Backend`), else ``{}``; raises what the backend's ``apply`` would."""
+    check = getattr(backend, "check", None)
+    return dict(check(request)) if callable(check) else {}

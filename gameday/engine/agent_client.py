@@ -203,11 +203,7 @@ class AgentClient:
                           ) -> "Exchange[list[dict[str, Any]]]":
         """:meth:`inject_many`, sent: its answer is the exchange's :meth:`Exchange.result`."""
         _check_size(len(faults))
-        body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
-                            "params": dict(f.get("params") or {}), "lease_s": f["lease_s"],
-                            **({"run": f["run"]} if f.get("run") else {}),
-                            **({"request_id": f["request_id"]} if f.get("request_id") else {})}
-                           for f in faults]}
+        body = {"faults": [_inject_item(f) for f in faults]}
 
         def decode(answer: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
             try:
@@ -225,25 +221,6 @@ class AgentClient:
             return applied
 
         return self._start("POST", "/v1/faults:batch", body, decode, minimal=minimal)
-
-    def check_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """What ``POST /v1/faults:batch`` would answer for each item (``{"kind", "target",
-        "params"?, "lease_s"}``), and what each would hit, with nothing applied: one
-        ``{"index", "admissible", "status", "error", "matches"}`` per item, in order
-        (``POST /v1/faults:check``). An agent older than that endpoint answers 404
-        (:class:`gameday.errors.AgentError` with ``status`` 404).
-
-        At most 1,024 items (``MAX_BATCH_ITEMS``) per call."""
-        _check_size(len(items))
-        body = {"faults": [{"kind": f["kind"], "target": dict(f["target"]),
-                            "params": dict(f.get("params") or {}), "lease_s": f["lease_s"]}
-                           for f in items]}
-        results = self._call("POST", "/v1/faults:check", body).get("results")
-        if not isinstance(results, list) or len(results) != len(items):
-            raise AgentError(f"agent {self.url}: POST /v1/faults:check answered "
-                             f"{len(results) if isinstance(results, list) else 'no'} "
-                             f"results for {len(items)}")
-        return [dict(result) for result in results]
 
     def revert_many(self, fault_ids: Sequence[str], *, minimal: bool = False) -> BatchResult:
         """Revert many faults in one request (idempotent, as :meth:`revert`); at most
@@ -268,6 +245,21 @@ class AgentClient:
         if lease_s is not None:
             body["lease_s"] = lease_s
         return self._batch("/v1/faults:batch-renew", body, minimal).result()
+
+    def check_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """What injecting each item (``{"kind", "target", "params"?, "lease_s"}``) would
+        answer, asked without injecting anything: per item, in order, ``{"index",
+        "admissible", "status", "error", "matches"}`` (``POST /v1/faults:check``). At
+        most 1,024 items per call; :class:`AgentError` with status 404 from an agent
+        older than the check endpoint."""
+        _check_size(len(items))
+        body = {"faults": [_inject_item(item, run=False) for item in items]}
+        results = self._call("POST", "/v1/faults:check", body).get("results")
+        if not isinstance(results, list) or len(results) != len(items):
+            raise AgentError(f"agent {self.url}: POST /v1/faults:check answered "
+                             f"{len(results) if isinstance(results, list) else 'no'} "
+                             f"results for {len(items)} items")
+        return results
 
     def faults(self, include_reverted: bool = False) -> list[dict[str, Any]]:
         """Active faults; with ``include_reverted``, the recently reverted ones too."""
@@ -543,6 +535,17 @@ def _body(response: http.client.HTTPResponse) -> bytes:
     if len(body) > MAX_ANSWER_BYTES:
         raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES} bytes")
     return body
+
+
+def _inject_item(fault: Mapping[str, Any], *, run: bool = True) -> dict[str, Any]:
+    """One item of a batch body: the fault's kind, target, params, lease (and run)."""
+    item = {"kind": fault["kind"], "target": dict(fault["target"]),
+            "params": dict(fault.get("params") or {}), "lease_s": fault["lease_s"]}
+    if run and fault.get("run"):
+        item["run"] = fault["run"]
+    if fault.get("request_id"):
+        item["request_id"] = fault["request_id"]
+    return item
 
 
 def _check_size(count: int) -> None:

@@ -131,12 +131,25 @@ class VirtualGpuBackend:
     def kinds(self) -> Mapping[str, str]:
         return self._kinds
 
-    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        fault = self._faults.get(request.kind)
+    def _fault(self, kind: str) -> VirtualFault:
+        fault = self._faults.get(kind)
         if fault is None:
             raise FaultRejected(
-                f"fault kind {request.kind!r} is not supported by the virtual backend; "
+                f"fault kind {kind!r} is not supported by the virtual backend; "
                 f"supported: {', '.join(sorted(self._faults))}")
+        return fault
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The GPU :meth:`apply` would change, read-only (``{"gpus": [{"index", "uuid",
+        "name"}]}``), or the :class:`FaultRejected` it would raise."""
+        fault = self._fault(request.kind)
+        with self._lock:
+            change = fault.validate(request.target, request.params, tuple(self._gpus))
+            gpu = self._gpus[change.gpu]
+        return {"gpus": [{"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name}]}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        fault = self._fault(request.kind)
         with self._lock:
             change = fault.validate(request.target, request.params, tuple(self._gpus))
             old = self._gpus[change.gpu]

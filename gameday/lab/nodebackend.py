@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gameday.contract.backend import FaultRequest
+from gameday.contract.backend import FaultRequest, backend_check
 from gameday.errors import FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.hostfaults import hog_handlers, process_handlers
@@ -87,6 +87,16 @@ class NodeBackend:
             return handler.apply(fault_id, request)
         if request.kind in self.gpus.kinds():
             return self.gpus.apply(fault_id, request)
+        raise FaultRejected(f"fault kind {request.kind!r} is not supported by the lab node; "
+                            f"supported: {', '.join(sorted(self.kinds()))}")
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """What :meth:`apply` would refuse (it raises the same) or hit, read-only."""
+        handler = self.handlers.get(request.kind)
+        if handler is not None:
+            return backend_check(handler, request)
+        if request.kind in self.gpus.kinds():
+            return self.gpus.check(request)
         raise FaultRejected(f"fault kind {request.kind!r} is not supported by the lab node; "
                             f"supported: {', '.join(sorted(self.kinds()))}")
 

@@ -7,6 +7,8 @@ pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep
 :func:`select_processes`, by environment, parent and cgroup as well, for "rank 1 of
 this job" among workers with identical command lines).
 ``cmdline`` patterns are matched with RE2 (linear time: no pattern can stall the agent).
+Inside :func:`one_scan` (a batch, a check) every lookup filters one snapshot of ``/proc``
+(:class:`ProcessSnapshot`) instead of reading it again.
 
 Every parameter and target key is checked before anything is signalled
 (:func:`check_signal_request`), and :func:`refusal` (a fixed denylist: init, the node's
@@ -27,7 +29,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -38,9 +40,10 @@ from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected, ProtectedTarget
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
-           "ProtectedProcess", "Resolver", "SignalFault", "check_signal_request",
-           "command_line", "command_text", "compile_cmdline", "find_processes", "gameday_role",
-           "parent_pid", "process_cgroup", "process_environ", "process_ref", "process_state",
+           "ProcessSnapshot", "ProtectedProcess", "Resolver", "SignalFault",
+           "check_signal_request", "command_line", "command_text", "compile_cmdline",
+           "current_processes", "find_processes", "gameday_role", "one_scan", "parent_pid",
+           "process_cgroup", "process_environ", "process_ref", "process_state",
            "protected_processes", "refusal", "refuse_protected", "select_processes",
            "thread_group"]
 
@@ -350,27 +353,83 @@ def refuse_protected(pids: Iterable[int], where: str) -> None:
                               + "; ".join(p.line() for p in protected))
 
 
+class ProcessSnapshot:
+    """The live processes of ``/proc`` at one moment (this one too), each read
+    once (its ``stat`` and ``cmdline``), for selectors to filter without reading
+    ``/proc`` again. :meth:`matching` is the name and command-line selector; others
+    filter :attr:`entries` themselves."""
+
+    def __init__(self, entries: list[tuple[ProcessRef, tuple[str, ...]]]) -> None:
+        #: ``(process, argv)`` per live process, by pid.
+        self.entries = entries
+
+    @classmethod
+    def scan(cls) -> "ProcessSnapshot":
+        """Read ``/proc`` now."""
+        entries = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            ref = process_ref(int(entry.name))
+            if ref is not None:
+                entries.append((ref, tuple(command_line(ref.pid))))
+        entries.sort(key=lambda item: item[0].pid)
+        return cls(entries)
+
+    def matching(self, *, name: str | None = None, pattern: Any = None) -> list[int]:
+        """Pids whose command name (or argv[0]'s basename) is ``name`` and/or whose
+        command line the compiled RE2 ``pattern`` finds a match in, ascending."""
+        found = []
+        for ref, argv in self.entries:
+            if name is not None and name not in (ref.name, Path(argv[0]).name if argv else ""):
+                continue
+            if pattern is not None and not pattern.search(" ".join(argv)):
+                continue
+            found.append(ref.pid)
+        return found
+
+
+class _Scans(threading.local):
+    """This thread's open :func:`one_scan` (its depth) and the snapshot it read."""
+
+    depth = 0
+    snapshot: ProcessSnapshot | None = None
+
+
+_SCANS = _Scans()
+
+
+@contextlib.contextmanager
+def one_scan() -> Iterator[None]:
+    """Inside, this thread's :func:`find_processes` and :func:`current_processes` read
+    ``/proc`` once (at the first lookup) and filter that snapshot: a batch of many
+    process targets costs one scan, not one per item. Re-entrant."""
+    _SCANS.depth += 1
+    try:
+        yield
+    finally:
+        _SCANS.depth -= 1
+        if not _SCANS.depth:
+            _SCANS.snapshot = None
+
+
+def current_processes() -> ProcessSnapshot:
+    """The snapshot of this thread's :func:`one_scan` (read now if it has none yet), or
+    outside one a fresh scan."""
+    if not _SCANS.depth:
+        return ProcessSnapshot.scan()
+    if _SCANS.snapshot is None:
+        _SCANS.snapshot = ProcessSnapshot.scan()
+    return _SCANS.snapshot
+
+
 def find_processes(*, name: str | None = None, cmdline: str | None = None) -> list[int]:
     """Pids whose command name (or argv[0]'s basename) is ``name`` and/or whose command
     line matches the RE2 pattern ``cmdline``, this process among them if it matches (so
     that a selector matching it is refused by :func:`refuse_protected` rather than quietly
-    narrowed to the others)."""
+    narrowed to the others). Inside :func:`one_scan`, from its snapshot."""
     pattern = compile_cmdline(cmdline) if cmdline else None
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        ref = process_ref(pid)
-        if ref is None:
-            continue
-        argv = command_line(pid)
-        if name is not None and name not in (ref.name, Path(argv[0]).name if argv else ""):
-            continue
-        if pattern is not None and not pattern.search(" ".join(argv)):
-            continue
-        found.append(pid)
-    return sorted(found)
+    return current_processes().matching(name=name, pattern=pattern)
 
 
 Resolver = Callable[[Mapping[str, Any], Mapping[str, Any]], list[int]]
@@ -420,6 +479,12 @@ class SignalFault:
                                 f"processes, params.max_processes is {limit}; nothing "
                                 f"signalled: {matched}")
         return refs
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """What :meth:`apply` would signal, read-only: ``{"processes": [{"pid",
+        "command"}]}``, or the :class:`FaultRejected` it would raise."""
+        return {"processes": [{"pid": ref.pid, "command": " ".join(command_line(ref.pid))
+                               or ref.name} for ref in self._refs(request)]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         refs = self._refs(request)

@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from cryptography import x509
@@ -207,10 +207,15 @@ def test_a_slow_header_client_is_cut_off_and_health_keeps_answering(
             conn.close()
         crowd = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
         time.sleep(0.2)
+        on_slot = socket.create_connection(("127.0.0.1", port))  # its health slot
+        time.sleep(0.2)
         extra = socket.create_connection(("127.0.0.1", port))
         extra.settimeout(5)
         assert extra.recv(200).startswith(b"HTTP/1.1 503")  # over the per-source cap
-        for conn in [*crowd, extra]:
+        on_slot.sendall(b"GET /v1/inventory HTTP/1.1\r\nHost: x\r\n\r\n")
+        on_slot.settimeout(5)
+        assert on_slot.recv(200).startswith(b"HTTP/1.1 503")  # a slot answers health only
+        for conn in [*crowd, on_slot, extra]:
             conn.close()
 
 
@@ -225,3 +230,58 @@ def test_a_deep_body_and_a_bad_parameter_answer_4xx(tmp_path: pathlib.Path) -> N
                          + str(len(body)).encode() + b"\r\n\r\n" + body)
             answer = conn.recv(300)
         assert answer.startswith(b"HTTP/1.1 400"), answer
+
+
+def test_health_answers_when_every_connection_slot_is_busy(tmp_path: pathlib.Path) -> None:
+    """Two idle connections fill both slots; ``GET /healthz`` is still answered (on a
+    health slot, one per source), anything else ``503``; a client holding the health
+    slot without sending is cut off after its deadline, and health answers again."""
+    with AgentServer(MarkerBackend(tmp_path / "m"), token=TOKEN, node="n",
+                     state_path=tmp_path / "s.json", max_connections=2,
+                     per_source=2) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        with AgentClient(server.url, TOKEN) as client:
+            wait_until(lambda: _health_status(port) == 200)  # the idle ones are accepted
+            assert client.health()["ok"]
+            with pytest.raises(AgentError) as busy:
+                client.inject(KIND, {"gpu": 0}, {}, 30)
+            assert busy.value.status == 503 and "only GET /healthz" in str(busy.value)
+            holder = _hold_health_slot(port)
+            assert _health_status(port) == 503  # no slot left for this source
+            holder.settimeout(10)
+            assert holder.recv(100) == b""  # cut off by the slot's deadline
+            assert client.health()["ok"]
+        for conn in [*idle, holder]:
+            conn.close()
+        assert MarkerBackend(tmp_path / "m").markers() == set()
+
+
+def _hold_health_slot(port: int) -> socket.socket:
+    """A connection that holds this source's health slot, sending nothing (the slot of
+    a connection just answered may take a moment to be free: then it is retried)."""
+    for _ in range(50):
+        holder = socket.create_connection(("127.0.0.1", port))
+        holder.settimeout(0.2)
+        try:
+            if holder.recv(100).startswith(b"HTTP/1.1 503"):  # no slot yet: busy
+                holder.close()
+                continue
+        except TimeoutError:
+            return holder  # nothing answered: it sits on the slot
+        holder.close()
+    raise AssertionError("the health slot never came free")
+
+
+def _health_status(port: int) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = conn.recv(200)
+    return int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else 0
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.05)

@@ -38,9 +38,13 @@ def host_agent(tmp_path: pathlib.Path, env: dict[str, str]) -> Iterator[dict[str
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
+    policy = tmp_path / "policy.yaml"  # the host backend refuses everything without one
+    policy.write_text("kinds: [process.kill, process.pause]\n"
+                      "processes: {cmdline: ['gdplan-']}\n")
     proc = run_agent(["--backend", "host", "--listen", "127.0.0.1:0", "--token-file",
                       str(token_file), "--state-dir", str(tmp_path / "state"),
-                      "--node", "plan-node"], env, tmp_path / "agent.stderr")
+                      "--node", "plan-node", "--policy", str(policy)], env,
+                     tmp_path / "agent.stderr")
     try:
         url = read_url(proc)
         yield {**env, "GAMEDAY_AGENT_URL": url, "GAMEDAY_AGENT_TOKEN": TOKEN}
@@ -68,13 +72,14 @@ def test_a_lab_plan_without_a_lab_starts_nothing_and_exits_0(tmp_path: pathlib.P
 
 def test_a_host_plan_resolves_the_process_and_kills_nothing(
         tmp_path: pathlib.Path, host_agent: dict[str, str]) -> None:
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                "gdplan-sleeper"])
     try:
         path = _experiment(tmp_path / "kill.yaml", [_kill({"pid": sleeper.pid})])
         done = gameday(["run", str(path), "--dry-run"], host_agent)
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"-> plan-node/pid={sleeper.pid}" in done.stdout
-        assert "this agent cannot preview (older than the check endpoint)" in done.stdout
+        assert "agent would refuse" not in done.stdout
         assert f"lock plan-node.pid-{sleeper.pid}: free" in done.stdout
         assert "estimated duration: at least 3 s" in done.stdout
         assert sleeper.poll() is None  # nothing was signalled
@@ -84,7 +89,9 @@ def test_a_host_plan_resolves_the_process_and_kills_nothing(
                                      host_agent).stdout)["plan"]
         [hit] = as_json["faults"][0]["hits"]
         assert hit["node"] == "plan-node" and hit["target"] == {"pid": sleeper.pid}
-        assert hit["note"].startswith("this agent cannot preview")
+        assert hit["status"] == 200 and hit["note"] is None  # the agent's check admitted it
+        assert hit["matches"]["processes"][0]["pid"] == sleeper.pid
+        assert "gdplan-sleeper" in hit["matches"]["processes"][0]["command"]
     finally:
         sleeper.kill()
         sleeper.wait()

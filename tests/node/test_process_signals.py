@@ -16,10 +16,17 @@ import pytest
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.cgroups import detect
+from gameday.node.host.backend import host_backend
 from gameday.node.host.fusefs import FaultFsLayers
 from gameday.node.host.process import HostSignalFault
 from gameday.node.host.storage import FuseStorageFault
-from gameday.node.processes import find_processes, process_state, select_processes
+from gameday.node.processes import (
+    command_line,
+    find_processes,
+    one_scan,
+    process_state,
+    select_processes,
+)
 from tests.node.storage_support import PREFIX, PREFIX_ENV, assert_nothing_left
 from tests.waiting import wait_until
 
@@ -155,9 +162,9 @@ def test_the_agent_own_threads_are_never_signalled() -> None:
         tid = thread.native_id
         assert tid is not None and tid != os.getpid()
         pause = HostSignalFault("process.pause")
-        with pytest.raises(FaultRejected, match="a thread of this agent"):
+        with pytest.raises(FaultRejected, match="a thread of this agent|: this process"):
             pause.apply("t-1", FaultRequest("process.pause", {"pid": tid}, {}))
-        with pytest.raises(FaultRejected, match="a thread of this agent"):
+        with pytest.raises(FaultRejected, match="a thread of this agent|: this process"):
             pause.apply("t-2", FaultRequest("process.pause", {"pid": os.getpid()}, {}))
     finally:
         release.set()
@@ -243,3 +250,35 @@ def test_select_by_environment_parent_and_cgroup() -> None:
             os.kill(pid, signal.SIGKILL)
         parent.kill()
         parent.wait()
+
+
+def test_a_batch_reads_proc_once_for_all_its_lookups(tmp_path: Path) -> None:
+    """Inside the host backend's batch (:func:`one_scan`), every lookup filters the one
+    snapshot of ``/proc`` the first lookup read: a process started after it is not seen
+    until the batch ends."""
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    first = subprocess.Popen([*argv, f"gdscan-first-{tmp_path.name}"])
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        with host_backend("scan-node").batch():
+            assert find_processes(cmdline=f"gdscan-first-{tmp_path.name}") == [first.pid]
+            second = subprocess.Popen([*argv, f"gdscan-second-{tmp_path.name}"])
+            wait_for_cmdline(second.pid, f"gdscan-second-{tmp_path.name}")
+            assert find_processes(cmdline=f"gdscan-second-{tmp_path.name}") == []
+            with one_scan():  # re-entrant: still the batch's snapshot
+                assert find_processes(name=Path(sys.executable).name) != []
+                assert find_processes(cmdline=f"gdscan-second-{tmp_path.name}") == []
+        assert find_processes(cmdline=f"gdscan-second-{tmp_path.name}") == [second.pid]
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
+def wait_for_cmdline(pid: int, text: str) -> None:
+    """Until ``/proc/PID/cmdline`` holds ``text`` (the child has exec'd)."""
+    deadline = time.monotonic() + 10
+    while text not in " ".join(command_line(pid)):
+        assert time.monotonic() < deadline, f"pid {pid} never ran {text}"
+        time.sleep(0.01)

@@ -11,10 +11,12 @@ fault left applied that the agent did not acknowledge. Stand-in: the agent drive
 lab's virtual GPUs (no NVML on this machine).
 """
 
+import contextlib
 import copy
 import http.client
 import json
 import os
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,15 +24,19 @@ from urllib.parse import quote
 
 import pytest
 import yaml
+from cryptography import x509
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gameday.agent.server import AgentServer
+from gameday.agent.tls import ServerTLS, client_context
 from gameday.bounded import MAX_DEPTH
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import load_playbook
+from gameday.lab.devices import VirtualGpuBackend
 from gameday.safety.targetconfig import load_target_config
+from tests.agent.pki import Pki, loopback_san
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
 FLAGSHIP = yaml.safe_load((REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml").read_text())
@@ -199,6 +205,9 @@ def _from_schema(schema: dict[str, Any], spec: dict[str, Any]) -> st.SearchStrat
             {k: v for k, v in properties.items() if k in required},
             optional={k: v for k, v in properties.items() if k not in required}
         ) if properties else st.dictionaries(st.text(max_size=5), json_values, max_size=3)
+    if kind == "array" and "items" in schema:
+        return st.lists(_from_schema(schema["items"], spec), min_size=schema.get("minItems", 0),
+                        max_size=min(schema.get("maxItems", 3), 3))
     if kind == "number":
         return st.floats(schema.get("minimum"), schema.get("maximum"), allow_nan=False)
     if kind == "string":
@@ -224,7 +233,13 @@ def _body(operation: dict[str, Any], spec: dict[str, Any]) -> st.SearchStrategy[
         "params": st.fixed_dictionaries({"kind": st.sampled_from(["single_bit", "double_bit"]),
                                          "count": st.integers(0, 5)}),
         "lease_s": st.floats(1, 3600)})
+    batches: list[st.SearchStrategy[bytes]] = []
+    if content["schema"].get("$ref", "").endswith("/BatchInjectRequest"):
+        batches = [st.fixed_dictionaries({"faults": st.lists(
+            gpu_ecc | valid_ecc, min_size=1, max_size=3)}).map(lambda v: json.dumps(v).encode())
+        ] * 3  # as likely as the rest together: items of a real kind
     return st.one_of(
+        *batches,
         (valid | gpu_ecc | valid_ecc).map(lambda v: json.dumps(v).encode()),
         valid_ecc.map(lambda v: json.dumps(v).encode()),
         json_values.map(lambda v: json.dumps(v).encode()),
@@ -237,7 +252,8 @@ def _body(operation: dict[str, Any], spec: dict[str, Any]) -> st.SearchStrategy[
 @st.composite
 def api_requests(draw: st.DrawFn, spec: dict[str, Any], known_ids: list[str]
                  ) -> tuple[str, str, bytes | None, dict[str, str]]:
-    path = draw(st.sampled_from([*sorted(spec["paths"]), "/v1/faults", "/v1/faults"]))
+    path = draw(st.sampled_from([*sorted(spec["paths"]), *["/v1/faults"] * 3,
+                                 "/v1/faults:batch", "/v1/faults:check"]))
     item = spec["paths"][path]
     methods = [m for m in item if m != "parameters"]
     method = draw(st.sampled_from([*methods, "put", "patch"] if draw(st.integers(0, 3)) == 0
@@ -266,9 +282,10 @@ VALID_AUTH = (f"Bearer {TOKEN}", f"bearer  {TOKEN} ")
 
 
 def _send(server: AgentServer, method: str, path: str, body: bytes | None,
-          headers: dict[str, str]) -> tuple[int, bytes]:
-    host, port = server.url.removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+          headers: dict[str, str], tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    host, port = server.url.partition("://")[2].rsplit(":", 1)
+    conn = (http.client.HTTPConnection(host, int(port), timeout=10) if tls is None else
+            http.client.HTTPSConnection(host, int(port), timeout=10, context=tls))
     try:
         conn.putrequest(method, path, skip_accept_encoding=True)
         for name, value in headers.items():
@@ -282,22 +299,43 @@ def _send(server: AgentServer, method: str, path: str, body: bytes | None,
         conn.close()
 
 
-def test_agent_api_fuzzed_from_its_openapi(tmp_path: Path) -> None:
-    with virtual_agents(tmp_path, nodes=1) as servers:
-        server = servers["node-0"]
-        status, raw = _send(server, "GET", "/openapi.json", None, {})
+@contextlib.contextmanager
+def _agent_for_fuzz(tmp_path: Path, transport: str
+                    ) -> Iterator[tuple[AgentServer, ssl.SSLContext | None]]:
+    """One agent on the lab's virtual GPUs: plain HTTP, or mutual TLS 1.3 with
+    certificates the test makes (and the client context that presents one)."""
+    if transport == "http":
+        with virtual_agents(tmp_path, nodes=1) as servers:
+            yield servers["node-0"], None
+        return
+    pki = Pki(tmp_path)
+    cert, key = pki.issue("server", "agent", loopback_san())
+    client_cert, client_key = pki.issue("client", "orchestrator",
+                                        [x509.UniformResourceIdentifier("spiffe://gd/fuzz")])
+    backend = VirtualGpuBackend("node-0", tmp_path / "node-0-state", gpus=4)
+    with AgentServer(backend, token=TOKEN, node="node-0", state_path=tmp_path / "agent.json",
+                     tls=ServerTLS(cert, key, pki.ca_pem)) as server:
+        yield server, client_context(pki.ca_pem, client_cert, client_key)
+
+
+@pytest.mark.parametrize("transport", ["http", "mtls"])
+def test_agent_api_fuzzed_from_its_openapi(tmp_path: Path, transport: str) -> None:
+    with _agent_for_fuzz(tmp_path, transport) as (server, tls):
+        assert server.url.startswith("https://" if tls is not None else "http://")
+        status, raw = _send(server, "GET", "/openapi.json", None, {}, tls)
         assert status == 200
         spec = json.loads(raw)
         assert spec["openapi"].startswith("3.") and "/v1/faults" in spec["paths"]
         acknowledged: list[str] = []
         statuses: set[int] = set()
+        checked: list[bool] = []  # each item a 200 check answered: admissible or not
 
         @settings(max_examples=3 * EXAMPLES, deadline=None, derandomize=FIXED, database=None,
                   suppress_health_check=[HealthCheck.too_slow])
         @given(data=st.data())
         def one_request(data: st.DataObject) -> None:
             method, path, body, headers = data.draw(api_requests(spec, acknowledged))
-            status, raw = _send(server, method, path, body, headers)
+            status, raw = _send(server, method, path, body, headers, tls)
             statuses.add(status)
             assert status < 500, (method, path, body, status, raw[:200])
             valid_auth = headers.get("Authorization") in VALID_AUTH  # scheme is case-blind
@@ -308,17 +346,23 @@ def test_agent_api_fuzzed_from_its_openapi(tmp_path: Path) -> None:
                 acknowledged.append(json.loads(raw)["id"])
             if method == "POST" and path == "/v1/faults:batch" and status == 201:
                 acknowledged.extend(f["id"] for f in json.loads(raw)["faults"])
+            if method == "POST" and path == "/v1/faults:check" and status == 200:
+                results = json.loads(raw)["results"]
+                assert [r["index"] for r in results] == list(range(len(results)))
+                assert all((r["status"] == 200) == r["admissible"] for r in results)
+                checked.extend(r["admissible"] for r in results)
             active = {f.id for f in server.registry.faults()}
             assert active <= set(acknowledged), "a fault is applied that was never acknowledged"
 
         one_request()
         for fault_id in acknowledged:
             _send(server, "DELETE", f"/v1/faults/{fault_id}", None,
-                  {"Authorization": f"Bearer {TOKEN}"})
+                  {"Authorization": f"Bearer {TOKEN}"}, tls)
         assert server.registry.faults() == []
         # the requests reached both sides: faults really applied, and requests refused
         assert acknowledged, "no generated request applied a fault"
         assert statuses & {400, 401, 404, 409}, sorted(statuses)
+        assert checked, "no generated check was answered"
 
 
 def test_invalid_experiments_through_the_cli_inject_nothing(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ adding it to ``AREAS``. ``gameday agent serve --backend host`` builds this backe
 Until it is given a policy (:meth:`HostBackend.use_policy`), it refuses every fault.
 """
 
+import contextlib
 import importlib
 import socket
 from collections.abc import Mapping
@@ -13,10 +14,10 @@ from typing import Any
 
 from gameday.agent.policy import NO_POLICY, Policy
 from gameday.agent.registry import PolicyRefused
-from gameday.contract.backend import FaultRequest
+from gameday.contract.backend import FaultRequest, backend_check
 from gameday.errors import FaultRejected
 from gameday.node.host.base import HostFault
-from gameday.node.processes import SignalFault
+from gameday.node.processes import SignalFault, one_scan
 
 AREAS: tuple[str, ...] = ("gameday.node.host.gpu", "gameday.node.host.net",
                           "gameday.node.host.proxy", "gameday.node.host.storage",
@@ -85,6 +86,20 @@ class HostBackend:
             raise PolicyRefused(NO_POLICY)
         self.policy.check(request)
         return handler.apply(fault_id, request)
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """What :meth:`apply` would refuse (it raises the same) or hit, read-only (the
+        optional check hook of :class:`gameday.contract.backend.Backend`)."""
+        handler = self._handler(request.kind)
+        if self.policy is None:
+            raise PolicyRefused(NO_POLICY)
+        self.policy.check(request)
+        return backend_check(handler, request)
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """A batch (or a check) finds its processes in one read of ``/proc``
+        (:func:`gameday.node.processes.one_scan`), whatever its number of items."""
+        return one_scan()
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         handler = self._all.get(request.kind)

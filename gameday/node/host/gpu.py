@@ -176,6 +176,13 @@ class _GpuHandler:
     def inventory(self) -> dict[str, list[dict[str, Any]]]:
         return self.host.inventory() if self.lists_inventory else {}
 
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The GPU :meth:`apply` would target, read-only (its parameters are checked
+        when it is applied)."""
+        index = self.host.index(self.kind, request)
+        return {"gpus": [{"index": index, "uuid": self.host.nvml.uuid(index),
+                          "name": self.host.nvml.name(index)}]}
+
     def _keep(self, fault_id: str, held: HeldInjection | None) -> None:
         if held is not None:
             with self._lock:

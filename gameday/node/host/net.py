@@ -38,7 +38,7 @@ from gameday.node.host.netrules import (
     mechanism,
     rule_name,
 )
-from gameday.node.phases import PhaseRunner, flap_phases, hold_phases
+from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
 
 __all__ = ["DropRulesFault", "LinkFlapFault", "handlers", "list_links"]
 
@@ -126,7 +126,10 @@ class LinkFlapFault:
             ipr.link("set", index=found[0], state="up" if up else "down")
         log.info("link_set", link=link, netns=netns, state="up" if up else "down")
 
-    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+    def _checked(self, request: FaultRequest
+                 ) -> tuple[str, str | None, dict[str, Any], list[Phase]]:
+        """The link, its netns, its state and the flap's phases, once every parameter is
+        checked and the link is up; :class:`FaultRejected` otherwise. Changes nothing."""
         link, netns = _target(request, link_required=True)
         assert link is not None
         if link == "lo":
@@ -143,7 +146,15 @@ class LinkFlapFault:
             raise FaultRejected(f"no interface {link!r}" + (f" in netns {netns}" if netns else ""))
         if not state["admin_up"]:
             raise FaultRejected(f"interface {link} is already down; nothing to flap")
-        phases = flap_phases(down_s, up_s, count)
+        return link, netns, state, flap_phases(down_s, up_s, count)
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The interface :meth:`apply` would flap, read-only: ``{"interfaces": [link]}``."""
+        link, netns, _, _ = self._checked(request)
+        return {"interfaces": [link], "netns": netns}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        link, netns, state, phases = self._checked(request)
         self._set(link, netns, up=False)  # the first down now, so errors surface here
         runner = PhaseRunner(f"flap-{fault_id}", phases,
                              on=lambda: self._set(link, netns, up=False),
@@ -216,11 +227,26 @@ class DropRulesFault:
                                 "cut the host off entirely")
         return DropSpec(share=share, link=link, peer=peer, port=port, direction=direction)
 
-    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+    def _checked(self, request: FaultRequest
+                 ) -> tuple[str | None, str | None, DropSpec, float | None, Any]:
+        """The link, netns, rules, duration and mechanism of ``request``, every
+        parameter checked; :class:`FaultRejected` otherwise. Changes nothing."""
         link, netns = _target(request, link_required=False)
         spec = self._spec(request, link)
         duration = _number(request.params, "duration_s", None, 0.05, 86400.0, nullable=True)
         mech = mechanism(str(request.params.get("mechanism") or "auto"), allowed=self.allowed)
+        return link, netns, spec, duration, mech
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The interfaces :meth:`apply`'s rules would drop on, read-only (every one of
+        the namespace when no link is named)."""
+        link, netns, spec, _, mech = self._checked(request)
+        names = [link] if link else [str(item["name"]) for item in list_links(netns)]
+        return {"interfaces": names, "netns": netns, "mechanism": mech.name,
+                "peer": spec.peer, "port": spec.port}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        link, netns, spec, duration, mech = self._checked(request)
         name = rule_name(self.prefix, fault_id)
         mech.add_drop(name, spec, netns)
         log.info("drop_rules_added", kind=self.kind, name=name, mechanism=mech.name,

@@ -93,13 +93,25 @@ class ServiceProxyFault:
                                 ) from None
         return address, port
 
-    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+    def _checked(self, request: FaultRequest
+                 ) -> tuple[str, int, Impairment, float | None, Any]:
+        """The service, impairment, duration and redirect mechanism of ``request``,
+        every parameter checked; :class:`FaultRejected` otherwise. Changes nothing."""
         address, port = self._service(request)
         impairment = self._impairment(request.params)
         duration = request.params.get("duration_s")
         if duration is not None:
             duration = _number(request.params, "duration_s", None, 0.05, 86400.0)
         mech = mechanism("auto", allowed=("nftables", "iptables"))
+        return address, port, impairment, duration, mech
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The service whose connections :meth:`apply` would relay, read-only."""
+        address, port, _, _, mech = self._checked(request)
+        return {"service": f"{address}:{port}", "port": port, "mechanism": mech.name}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        address, port, impairment, duration, mech = self._checked(request)
         listen = "127.0.0.1" if ipaddress.ip_address(address).is_loopback else "0.0.0.0"
         relay = Relay(host=listen, upstream=(address, port), name=f"{self.kind}-{fault_id}",
                       mark=PROXY_MARK)

@@ -20,10 +20,10 @@ from gameday.errors import FaultRejected
 from gameday.node.cgroups import BoundedGroup, CgroupError, detect, group_prefix
 from gameday.node.faultfs.control import ControlError
 from gameday.node.faultfs.mount import mount_table
-from gameday.node.faultfs.rules import RuleError, rule_for_fault
+from gameday.node.faultfs.rules import Rule, RuleError, rule_for_fault
 from gameday.node.host.base import HostFault
 from gameday.node.host.fusefs import FaultFsLayers
-from gameday.node.processes import refusal
+from gameday.node.processes import command_line, refusal
 
 __all__ = ["FuseStorageFault", "checked_dir", "handlers"]
 
@@ -59,17 +59,35 @@ class FuseStorageFault:
     def unavailable(self) -> str | None:
         return _fuse_unavailable()
 
-    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        if request.params.get("mechanism") == "freezer":
-            return self._freeze(fault_id, request)
+    def _checked(self, request: FaultRequest) -> tuple[Path, Rule]:
+        """The directory to layer and the rule of ``request`` (FUSE), checked;
+        :class:`FaultRejected` otherwise. Changes nothing."""
         unknown = sorted(set(request.target) - {"path", "mount"})
         if unknown:
             raise FaultRejected(f"target.{unknown[0]} is unknown (known: path, mount)")
         path = checked_dir(request.target.get("path") or request.target.get("mount"))
         try:
-            rule = rule_for_fault(self.kind, request.params)
+            return path, rule_for_fault(self.kind, request.params)
         except RuleError as exc:
             raise FaultRejected(f"params.{exc}") from None
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The directory :meth:`apply` would layer (resolved), read-only; for the
+        freezer, the cgroup or process it would freeze."""
+        if request.params.get("mechanism") != "freezer":
+            return {"paths": [str(self._checked(request)[0])]}
+        try:
+            cgroup, pid = self._freeze_target(request)
+        except CgroupError as exc:
+            raise FaultRejected(f"storage.stall (freezer): {exc}") from None
+        if cgroup is not None:
+            return {"cgroups": [cgroup]}
+        return {"processes": [{"pid": pid, "command": " ".join(command_line(pid or 0))}]}
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        if request.params.get("mechanism") == "freezer":
+            return self._freeze(fault_id, request)
+        path, rule = self._checked(request)
         client = self.layers.acquire(Path(path), fault_id)
         try:
             client.set_rule(fault_id, rule)
@@ -90,7 +108,9 @@ class FuseStorageFault:
         self.layers.release(Path(path), fault_id)
 
     # -- freezer ------------------------------------------------------------------------
-    def _freeze(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+    def _freeze_target(self, request: FaultRequest) -> tuple[str | None, int | None]:
+        """The cgroup (its real path) or the pid the freezer would freeze, checked;
+        :class:`FaultRejected` otherwise. Changes nothing."""
         if self.kind != "storage.stall":
             raise FaultRejected("params.mechanism: freezer applies to storage.stall only")
         cgroup, pid = request.target.get("cgroup"), request.target.get("pid")
@@ -98,22 +118,29 @@ class FuseStorageFault:
         if unknown or (cgroup is None) == (pid is None):
             raise FaultRejected("target: freezer needs exactly one of {cgroup: DIR} or "
                                 "{pid: N > 1}")
+        if cgroup is not None:
+            real = str(checked_dir(cgroup, field="target.cgroup"))
+            if not real.startswith("/sys/fs/cgroup/"):
+                raise FaultRejected(f"target.cgroup {real} is not under /sys/fs/cgroup")
+            if _holds_agent(Path(real)):
+                raise FaultRejected(f"target.cgroup {real} holds this agent; "
+                                    f"freezing it would freeze the agent")
+            return real, None
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
+            raise FaultRejected("target: freezer needs {cgroup: DIR} or {pid: N > 1}")
+        reason = refusal(pid)
+        if reason is not None:
+            raise FaultRejected(f"target: refusing to freeze: {reason}")
+        return None, pid
+
+    def _freeze(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         try:
+            cgroup, pid = self._freeze_target(request)
             if cgroup is not None:
-                cgroup = str(checked_dir(cgroup, field="target.cgroup"))
-                if not cgroup.startswith("/sys/fs/cgroup/"):
-                    raise FaultRejected(f"target.cgroup {cgroup} is not under /sys/fs/cgroup")
-                if _holds_agent(Path(cgroup)):
-                    raise FaultRejected(f"target.cgroup {cgroup} holds this agent; "
-                                        f"freezing it would freeze the agent")
                 _set_frozen(Path(cgroup), True)
                 self._frozen[fault_id] = (Path(cgroup), None, None)
                 return {"mechanism": "freezer", "cgroup": cgroup}
-            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
-                raise FaultRejected("target: freezer needs {cgroup: DIR} or {pid: N > 1}")
-            reason = refusal(pid)
-            if reason is not None:
-                raise FaultRejected(f"target: refusing to freeze: {reason}")
+            assert pid is not None
             group = BoundedGroup(f"{group_prefix()}-freeze-{fault_id}", ("freezer",), detect())
             group.create()
             origin = _freezer_cgroup_of(pid, group)

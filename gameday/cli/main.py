@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from faults.base import FaultKind
 
 from gameday import __version__, paths
-from gameday.cli.output import add_output_argument, emit
+from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.parsers import command
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
@@ -159,9 +159,11 @@ def _cmd_faults(args: argparse.Namespace) -> int:
         print(kind_markdown(_fault_kind(args.kind)) if args.kind else catalogue_markdown())
         return 0
     kinds = [_fault_kind(args.kind)] if args.kind else list(CATALOGUE.values())
-    if args.output == "json" or args.json:
-        documents = [kind.to_json() for kind in kinds]
-        emit(documents[0] if args.kind else documents, sys.stdout)
+    if wants_json(args) or args.json:
+        if args.kind:
+            emit(kinds[0].to_json(), sys.stdout)
+        else:
+            emit({"kinds": [kind.to_json() for kind in kinds]}, sys.stdout)
         return 0
     for kind in kinds:
         layers = ", ".join(f"{t}: {layer}" for t, layer in kind.injected_at.items())
@@ -212,7 +214,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         raise InvalidInput("is not a directory of journals", file=str(args.directory))
     trusted = signing.load_public(args.public_key) if args.public_key else None
     result = audit.verify(args.directory, trusted)
-    if args.output == "json":
+    if wants_json(args):
         emit({"directory": str(args.directory), "ok": result.ok, "journals": result.journals,
               "signed": result.signed, "problems": result.problems,
               "verified": result.verified, "rejected": result.rejected,
@@ -233,7 +235,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
               f"prometheus {document['prometheus_url']}, placement {document['placement_url']}")
         return 0
     if args.lab_command == "status":
-        as_json = args.output == "json" or args.json
+        as_json = wants_json(args) or args.json
         try:
             report = lab.status(lab_dir)
         except GamedayError as exc:
@@ -321,9 +323,10 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "audit":
             return _cmd_audit(args)
     except GamedayError as exc:
-        print(f"gameday: {exc}", file=sys.stderr)
-        if getattr(args, "output", None) == "json":
+        if wants_json(args):
             emit({"error": str(exc), "exit_code": exc.exit_code}, sys.stdout)
+        else:
+            print(f"gameday: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

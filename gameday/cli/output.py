@@ -1,26 +1,29 @@
-"""``--output text|json``: the machine-readable form of a command's result.
+"""``--output json``: one machine-readable document per command, on standard output.
 
-A command that takes ``--output json`` writes one JSON document on standard output
-(its errors too, as ``{"error": ..., "exit_code": ...}``) and nothing else there, so a
-script can ``json.load`` it whatever the exit code.
+A command that takes ``--output`` (:func:`add_output_argument`) prints its document with
+:func:`emit` instead of its text; errors are documents too (``{"error": ...}``), so a
+script reads one JSON object whatever happened, and the exit code says the rest.
 """
 
 import argparse
 import json
 from typing import Any, TextIO
 
-FORMATS = ("text", "json")
+__all__ = ["add_output_argument", "emit", "wants_json"]
 
 
 def add_output_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--output text|json`` (default ``text``) to a command's parser."""
-    parser.add_argument("--output", choices=FORMATS, default="text",
+    """``--output text|json`` (default text)."""
+    parser.add_argument("--output", choices=("text", "json"), default="text",
                         help="text for people (default), or one JSON document on stdout")
 
 
-def emit(document: Any, stream: TextIO) -> None:
-    """Write ``document`` to ``stream`` as indented JSON with sorted keys and a final
-    newline."""
-    json.dump(document, stream, indent=2, sort_keys=True, default=str)
-    stream.write("\n")
+def wants_json(args: argparse.Namespace) -> bool:
+    """Whether the command was asked for ``--output json``."""
+    return getattr(args, "output", None) == "json"
+
+
+def emit(document: dict[str, Any], stream: TextIO) -> None:
+    """Write ``document`` as one indented JSON object and a newline."""
+    stream.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
     stream.flush()

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gameday.gamedays.play import PlaybookRun
 
 from gameday import IMAGE
-from gameday.cli.output import add_output_argument, emit
+from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.parsers import command
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
@@ -164,12 +164,12 @@ def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "Playbook
 
 def _people(args: argparse.Namespace) -> TextIO:
     """Where the text for people goes: stdout, or stderr when stdout carries JSON."""
-    return sys.stderr if getattr(args, "output", "text") == "json" else sys.stdout
+    return sys.stderr if wants_json(args) else sys.stdout
 
 
 def _play(args: argparse.Namespace) -> int:
     result = _played(args)
-    if args.output == "json":
+    if wants_json(args):
         emit({**result.to_json(), "record": str(result.record_path) if result.record_path
               else None}, sys.stdout)
     return result.exit_code
@@ -208,7 +208,7 @@ def _gate(args: argparse.Namespace) -> int:
           f"{plural(verdict.count('xfail'), 'expected failure')})"
           + (f"; JUnit {args.junit}" if args.junit else "")
           + (f"; summary {args.summary}" if args.summary else ""), file=out)
-    if args.output == "json":
+    if wants_json(args):
         emit({"playbook": str(args.playbook), "title": verdict.title, "passed": verdict.passed,
               "exit_code": verdict.exit_code,
               "cases": [dataclasses.asdict(case) for case in verdict.cases],

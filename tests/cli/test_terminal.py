@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
+from gameday.agent.serve import serve_parser
 from gameday.cli.main import _parser
 from gameday.logs import configure
 from gameday.report.terminal import print_verdict
@@ -44,6 +45,15 @@ def test_every_option_and_positional_has_help_and_every_command_an_example() -> 
                 assert all(choice.help for choice in action._choices_actions), path
             else:
                 assert action.help, f"{path} {action.option_strings or action.dest}"
+
+
+def test_the_agent_commands_have_help_and_examples_too(tmp_path: Path) -> None:
+    parser = serve_parser()
+    assert all(action.help for action in parser._actions)
+    assert (parser.epilog or "").startswith("example:\n")
+    result = gameday(["agent", "policy", "--help"], cli_env(tmp_path))
+    assert result.returncode == 0 and "--check FILE  the policy file" in result.stdout
+    assert "example:\n  gameday agent policy --check " in result.stdout
 
 
 def test_the_help_of_run_ends_with_its_example(tmp_path: Path) -> None:

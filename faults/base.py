@@ -17,6 +17,8 @@ __all__ = ["INJECTION_LAYERS", "Backend", "FaultKind", "FaultRequest", "Param"]
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a string",
                dict: "a mapping"}
+_SCHEMA_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string",
+                 dict: "object"}
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,26 @@ class Param:
             raise InvalidInput(f"must be <= {self.maximum}, got {value!r}", path=path)
         return value
 
+    @property
+    def type_name(self) -> str:
+        """The type in words: ``an integer``, ``a number``, ..."""
+        return _TYPE_NAMES.get(self.type, self.type.__name__)
+
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "type": _TYPE_NAMES.get(self.type, self.type.__name__),
-                "default": self.default, "required": self.required,
-                "choices": list(self.choices) if self.choices else None,
-                "minimum": self.minimum, "maximum": self.maximum, "doc": self.doc}
+        """The parameter as a JSON Schema property (``type``, ``description``, ``default``,
+        ``enum``, ``minimum``, ``maximum``; a nullable one's type also allows ``null``)."""
+        kind: Any = _SCHEMA_TYPES.get(self.type, "string")
+        schema: dict[str, Any] = {"type": [kind, "null"] if self.nullable else kind,
+                                  "description": self.doc}
+        if self.default is not None:
+            schema["default"] = self.default
+        if self.choices:
+            schema["enum"] = list(self.choices)
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        return schema
 
 
 @dataclass(frozen=True)
@@ -112,12 +129,25 @@ class FaultKind:
             checked[param.name] = param.check(value, f"{base}.{param.name}")
         return checked
 
+    def params_schema(self) -> dict[str, Any]:
+        """The arguments an experiment may give this kind, as a JSON Schema object (the
+        selector argument, when the kind has one, is an object of selector keys)."""
+        properties = {p.name: p.to_json() for p in self.params}
+        if self.selector:
+            properties[self.selector] = {"type": "object",
+                                         "description": "which target (a selector)"}
+        properties["lease_s"] = {"type": "number", "minimum": 0,
+                                 "description": "the fault's lease, seconds"}
+        return {"type": "object", "properties": properties,
+                "required": [p.name for p in self.params if p.required],
+                "additionalProperties": False}
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.name, "summary": self.summary,
                 "activity": f"{self.module}.{self.func}",
                 "coverage_layer": self.coverage_layer,
                 "coverage_layers": list(self.coverage_layers), "family": self.family,
                 "injected_at": dict(self.injected_at),
-                "selector": self.selector, "params": [p.to_json() for p in self.params],
+                "selector": self.selector, "params": self.params_schema(),
                 "seen_through": self.seen_through, "tags": list(self.tags),
                 "host_sees": self.host_sees}

@@ -20,7 +20,6 @@ def _number(value: float) -> str:
 
 
 def _param_row(param: Param) -> str:
-    shown = param.to_json()
     limits = []
     if param.choices:
         limits.append("one of " + ", ".join(f"`{c}`" for c in param.choices))
@@ -29,7 +28,7 @@ def _param_row(param: Param) -> str:
     if param.maximum is not None:
         limits.append(f"<= {_number(param.maximum)}")
     default = "required" if param.required else f"`{param.default!r}`"
-    return (f"| `{param.name}` | {shown['type']} | {default} | {'; '.join(limits) or '-'} "
+    return (f"| `{param.name}` | {param.type_name} | {default} | {'; '.join(limits) or '-'} "
             f"| {param.doc} |")
 
 

@@ -1,6 +1,9 @@
 """gameday: chaos engineering and resilience testing for GPU / AI infrastructure."""
 
 __version__ = "0.1.0"
+#: The container image of this version (the Dockerfile builds it; deploy/kubernetes/ and
+#: ``gameday schedule --emit cronjob`` name it).
+IMAGE = f"ghcr.io/gameday/gameday:{__version__}"
 
 
 def _import_structlog_without_rich() -> None:

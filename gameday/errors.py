@@ -69,6 +69,11 @@ class LabError(GamedayError):
     """The embedded lab could not start, stop or answer."""
 
 
+class LabSettingError(InvalidInput, LabError):
+    """The lab cannot start from these settings (its shape, ``$GAMEDAY_PROMETHEUS``, a lab
+    of another shape already running there): bad input, nothing was started."""
+
+
 class ObservabilityError(GamedayError):
     """A metrics file could not be written, or the Pushgateway or Alertmanager refused or
     did not answer."""

@@ -35,6 +35,23 @@ def _quiet_toolkit(record: logging.LogRecord) -> bool:
     return not record.name.startswith("chaostoolkit") or record.levelno >= logging.ERROR
 
 
+class _TerminalHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to ``sys.stderr`` as it is at that moment, not as it was when
+    logging was set up: a live progress display (rich's, in ``gameday play``) redirects
+    ``sys.stderr`` so that a log line lands above its progress line instead of through it."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """The stream is always the current ``sys.stderr``."""
+
+
 def configure(log_file: Path | None, *, terminal_level: int = logging.WARNING) -> None:
     """Route structlog and stdlib logging (chaoslib's too) to a JSON file and stderr."""
     shared: list[Any] = [
@@ -53,7 +70,7 @@ def configure(log_file: Path | None, *, terminal_level: int = logging.WARNING) -
     root = logging.getLogger()
     root.handlers.clear()
     root.setLevel(logging.DEBUG if log_file else terminal_level)
-    terminal = logging.StreamHandler(sys.stderr)
+    terminal = _TerminalHandler()
     terminal.setLevel(terminal_level)
     terminal.addFilter(_quiet_toolkit)
     terminal.setFormatter(structlog.stdlib.ProcessorFormatter(

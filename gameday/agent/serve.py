@@ -154,7 +154,10 @@ def serve_parser() -> argparse.ArgumentParser:
     against)."""
     parser = argparse.ArgumentParser(
         prog="gameday agent serve",
-        description="Run this node's fault agent (docs/agent-api.md) until a signal.")
+        description="Run this node's fault agent (docs/agent-api.md) until a signal.",
+        epilog="example:\n  GAMEDAY_AGENT_TOKEN=$(openssl rand -hex 32) gameday agent serve "
+               "--backend host --listen 127.0.0.1:9410 --node $(hostname)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="virtual",
                         help=f"{' | '.join(sorted(BACKENDS))} | module:callable "
                              "(default: virtual)")
@@ -188,9 +191,12 @@ def serve_parser() -> argparse.ArgumentParser:
 def check_policy(argv: Sequence[str]) -> int:
     """``gameday agent policy --check FILE``: 0 and a summary when the policy is valid,
     2 and one line naming what is wrong otherwise."""
-    parser = argparse.ArgumentParser(prog="gameday agent policy",
-                                     description="Check an agent policy file.")
-    parser.add_argument("--check", metavar="FILE", required=True)
+    parser = argparse.ArgumentParser(
+        prog="gameday agent policy", description="Check an agent policy file.",
+        epilog="example:\n  gameday agent policy --check gameday/lab/agent-policy.yml",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", metavar="FILE", required=True,
+                        help="the policy file (YAML, or JSON if it ends in .json)")
     args = parser.parse_args(argv)
     try:
         policy = load_policy(pathlib.Path(args.check))

@@ -6,19 +6,23 @@ reader of its output went away (``gameday faults | head -1``), quietly.
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from faults.base import FaultKind
 
 from gameday import __version__, paths
 from gameday.cli.output import add_output_argument, emit, wants_json
+from gameday.cli.parsers import command
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
 from gameday.engine.runner import RunOptions, parse_vars, run
-from gameday.errors import GamedayError
+from gameday.errors import GamedayError, InvalidInput
 from gameday.logs import configure as configure_logging
 from gameday.targets import TARGET_KINDS, agent_tls
 
@@ -29,16 +33,18 @@ READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report", "pla
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gameday", description="Chaos engineering for GPU / AI infrastructure.")
+        prog="gameday", description="Chaos engineering for GPU / AI infrastructure.",
+        epilog="start here:\n  gameday init my-first.yaml && gameday validate my-first.yaml "
+               "&& gameday run my-first.yaml --dry-run\n\nexit codes: 0 passed, 1 failed, "
+               "2 invalid input (nothing injected), 130/143 interrupted (docs/running.md)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gameday {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run one experiment",
-                              epilog="example: gameday run experiments/gpu-ecc-dbe-reshard.yaml "
-                                     "--dry-run")
-    plan = commands.add_parser(
-        "plan", help="what a run would do, read-only (the same as run --dry-run)",
-        epilog="example: gameday plan experiments/gpu-ecc-dbe-reshard.yaml --output json")
+    run = command(commands, "run", "run one experiment",
+                  "gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab")
+    plan = command(commands, "plan", "what a run would do, read-only (the same as run "
+                   "--dry-run)", "gameday plan experiments/gpu-ecc-dbe-reshard.yaml --output json")
     for sub in (run, plan):
         sub.add_argument("experiment", type=Path, help="the experiment file (YAML or JSON)")
         sub.add_argument("--target", choices=TARGET_KINDS,
@@ -52,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                               "$GAMEDAY_TARGET_CONFIG)")
         add_output_argument(sub)
         agent_tls.add_arguments(sub)
-    run.add_argument("--journal-path", type=Path, help="where the journal goes")
+    run.add_argument("--journal-path", type=Path, metavar="PATH",
+                     help="where the journal goes (default journals/<stamp>-<name>.json)")
     run.add_argument("--dry-run", action="store_true",
                      help="show the plan (targets resolved read-only, blast radius, locks, "
                           "SLOs); start nothing, inject nothing, take no lock")
@@ -60,8 +67,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="sign the journal with this Ed25519 key (gameday audit keygen)")
     add_result_arguments(run)
 
-    cleanup = commands.add_parser("cleanup", help="revert every fault the ledger (and agents) "
-                                                  "still hold; safe to run twice")
+    from gameday.cli.init import add_command as add_init_command
+
+    add_init_command(commands)
+
+    cleanup = command(commands, "cleanup", "revert every fault the ledger (and agents) still "
+                                           "hold; safe to run twice",
+                      "gameday cleanup --all-agents")
     cleanup.add_argument("--all-agents", action="store_true",
                          help="also revert every active fault of every known agent")
     cleanup.add_argument("--force", action="store_true",
@@ -69,23 +81,28 @@ def _parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--forget-unreachable", action="store_true",
                          help="record ledger faults whose agent cannot be reached as "
                               "forgotten, so later cleanups skip them")
-    cleanup.add_argument("--target-config", type=Path, metavar="FILE")
+    cleanup.add_argument("--target-config", type=Path, metavar="FILE",
+                         help="allowlist and agents of the target (default "
+                              "$GAMEDAY_TARGET_CONFIG)")
     agent_tls.add_arguments(cleanup)
 
-    audit = commands.add_parser("audit", help="evidence: verify journals, make signing keys")
+    audit = command(commands, "audit", "evidence: verify journals, make signing keys",
+                    "gameday audit verify journals/")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True,
                                           metavar="verify|keygen")
-    verify = audit_commands.add_parser("verify", help="check the hash chain and signatures")
-    verify.add_argument("directory", type=Path)
+    verify = command(audit_commands, "verify", "check the hash chain and signatures",
+                     "gameday audit verify journals/ --public-key gameday.key.pub")
+    verify.add_argument("directory", type=Path, help="a directory of journals (one chain)")
     verify.add_argument("--public-key", type=Path, metavar="KEY.pub",
                         help="require every journal to be signed by this key")
-    keygen = audit_commands.add_parser("keygen", help="write an Ed25519 key pair")
+    add_output_argument(verify)
+    keygen = command(audit_commands, "keygen", "write an Ed25519 key pair",
+                     "gameday audit keygen gameday.key")
     keygen.add_argument("key", type=Path, help="private key file (public key: KEY.pub)")
 
-    validate = commands.add_parser(
-        "validate", help="validate experiments, playbooks, target configurations and "
-                         "requirement files; inject nothing",
-        epilog="example: gameday validate experiments/*.yaml playbooks/release-gate.yaml")
+    validate = command(commands, "validate", "validate experiments, playbooks, target "
+                       "configurations and requirement files; inject nothing",
+                       "gameday validate experiments/*.yaml playbooks/release-gate.yaml")
     validate.add_argument("experiments", type=Path, nargs="+", metavar="FILE",
                           help="files to validate (every error of every file is reported)")
     validate.add_argument("--target", choices=TARGET_KINDS,
@@ -95,33 +112,49 @@ def _parser() -> argparse.ArgumentParser:
                           help="a configuration value the run will be given (repeatable)")
     add_output_argument(validate)
 
-    faults = commands.add_parser("faults", help="the fault catalogue")
-    faults.add_argument("--json", action="store_true")
+    faults = command(commands, "faults", "the fault catalogue, or one kind of it",
+                     "gameday faults gpu.ecc --output json")
+    faults.add_argument("kind", nargs="?", metavar="KIND",
+                        help="show only this kind (gpu.ecc, net.link_flap, ...)")
+    add_output_argument(faults)
+    faults.add_argument("--json", action="store_true", help="the same as --output json")
     faults.add_argument("--markdown", action="store_true",
                         help="the reference as in docs/faults.md")
 
-    lab = commands.add_parser("lab", help="the embedded lab")
+    lab = command(commands, "lab", "the embedded lab", "gameday lab up && gameday lab status")
     lab_commands = lab.add_subparsers(dest="lab_command", required=True, metavar="up|status|down")
-    up = lab_commands.add_parser("up", help="start the lab")
-    up.add_argument("--nodes", type=int, default=2)
-    up.add_argument("--gpus-per-node", type=int, default=4)
-    up.add_argument("--shards", type=int, default=6)
-    status = lab_commands.add_parser("status", help="processes, endpoints, active faults")
-    status.add_argument("--json", action="store_true")
-    lab_commands.add_parser("down", help="stop the lab; leaves nothing behind")
-    for sub in (up, status, lab_commands.choices["down"]):
-        sub.add_argument("--dir", type=Path, help="lab directory")
+    up = command(lab_commands, "up", "start the lab", "gameday lab up --nodes 2 --shards 6")
+    up.add_argument("--nodes", type=int, default=2, help="nodes, 1 to 16 (default 2)")
+    up.add_argument("--gpus-per-node", type=int, default=4,
+                    help="virtual GPUs per node, 1 to 16 (default 4)")
+    up.add_argument("--shards", type=int, default=6,
+                    help="model shards, one GPU each (default 6)")
+    status = command(lab_commands, "status", "processes, endpoints, active faults",
+                     "gameday lab status --output json")
+    add_output_argument(status)
+    status.add_argument("--json", action="store_true", help="the same as --output json")
+    down = command(lab_commands, "down", "stop the lab; leaves nothing behind",
+                   "gameday lab down")
+    for sub in (up, status, down):
+        sub.add_argument("--dir", type=Path,
+                         help="lab directory (default $GAMEDAY_LAB_DIR or .gameday/lab)")
 
     from gameday.cli.reports import add_commands as add_report_commands
 
     add_report_commands(commands)
 
-    agent = commands.add_parser("agent", help="the node agent")
+    agent = command(commands, "agent", "the node agent",
+                    "gameday agent serve --backend virtual --listen 127.0.0.1:9410")
     agent_commands = agent.add_subparsers(dest="agent_command", required=True,
                                           metavar="serve|policy")
-    agent_commands.add_parser("serve", help="serve the agent API", add_help=False)
+    agent_commands.add_parser("serve", help="serve the agent API (gameday agent serve --help)",
+                              add_help=False)
     agent_commands.add_parser("policy", help="check an agent policy (--check FILE)",
                               add_help=False)
+
+    from gameday.cli.completion import add_command as add_completion_command
+
+    add_completion_command(commands)
     return parser
 
 
@@ -172,26 +205,45 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _cmd_faults(as_json: bool, as_markdown: bool = False) -> int:
+def _cmd_faults(args: argparse.Namespace) -> int:
     from faults.catalogue import CATALOGUE
 
-    if as_markdown:
-        from faults.reference import catalogue_markdown
+    if args.markdown:
+        from faults.reference import catalogue_markdown, kind_markdown
 
-        print(catalogue_markdown())
+        print(kind_markdown(_fault_kind(args.kind)) if args.kind else catalogue_markdown())
         return 0
-    if as_json:
-        print(json.dumps([kind.to_json() for kind in CATALOGUE.values()], indent=2))
+    kinds = [_fault_kind(args.kind)] if args.kind else list(CATALOGUE.values())
+    if wants_json(args) or args.json:
+        if args.kind:
+            emit(kinds[0].to_json(), sys.stdout)
+        else:
+            emit({"kinds": [kind.to_json() for kind in kinds]}, sys.stdout)
         return 0
-    for kind in CATALOGUE.values():
+    for kind in kinds:
         layers = ", ".join(f"{t}: {layer}" for t, layer in kind.injected_at.items())
         print(f"{kind.name:<14} {kind.coverage_layer:<8} {kind.module}.{kind.func}  "
               f"[injected_at {layers}]")
         print(f"{'':<14} {kind.summary}")
+        if kind.selector:
+            print(f"{'':<16}{kind.selector} (a selector): which target")
         for param in kind.params:
-            print(f"{'':<16}{param.name} ({param.to_json()['type']}, default "
+            print(f"{'':<16}{param.name} ({param.type_name}, default "
                   f"{param.default!r}): {param.doc}")
     return 0
+
+
+def _fault_kind(name: str) -> "FaultKind":
+    """The catalogue entry ``name``, or InvalidInput naming the closest kinds."""
+    import difflib
+
+    from faults.catalogue import CATALOGUE
+
+    if name in CATALOGUE:
+        return CATALOGUE[name]
+    close = difflib.get_close_matches(name, list(CATALOGUE), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise InvalidInput(f"no fault kind {name!r} (`gameday faults` lists them){hint}")
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
@@ -213,12 +265,17 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         public = signing.generate(args.key)
         print(f"private key {args.key} (keep it secret), public key {public}")
         return 0
-    trusted = signing.load_public(args.public_key) if args.public_key else None
     if not args.directory.is_dir():
-        print(f"audit: FAILED: {args.directory} is not a directory")
-        return 1
+        raise InvalidInput("is not a directory of journals", file=str(args.directory))
+    trusted = signing.load_public(args.public_key) if args.public_key else None
     result = audit.verify(args.directory, trusted)
-    print(result.line())
+    if wants_json(args):
+        emit({"directory": str(args.directory), "ok": result.ok, "journals": result.journals,
+              "signed": result.signed, "problems": result.problems,
+              "verified": result.verified, "rejected": result.rejected,
+              "exit_code": 0 if result.ok else 1}, sys.stdout)
+    else:
+        print(result.line())
     return 0 if result.ok else 1
 
 
@@ -233,9 +290,17 @@ def _cmd_lab(args: argparse.Namespace) -> int:
               f"prometheus {document['prometheus_url']}, placement {document['placement_url']}")
         return 0
     if args.lab_command == "status":
-        report = lab.status(lab_dir)
-        if args.json:
-            print(json.dumps(report, indent=2, sort_keys=True))
+        as_json = wants_json(args) or args.json
+        try:
+            report = lab.status(lab_dir)
+        except GamedayError as exc:
+            if not as_json:
+                raise
+            emit({"lab_dir": str(lab_dir), "status": "not running" if not lab.running(lab_dir)
+                  else "error", "error": str(exc), "exit_code": exc.exit_code}, sys.stdout)
+            return exc.exit_code
+        if as_json:
+            emit(report, sys.stdout)
         else:
             print(lab.format_status(report))
         return 0
@@ -254,13 +319,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gameday.agent.serve import check_policy
 
         return check_policy(arguments[2:])
-    args = _parser().parse_args(arguments)
+    parser = _parser()
+    args = parser.parse_args(arguments)
+    if args.command is None:
+        parser.print_help()
+        return 0
     # read-only commands write nothing (not even the log): they log to stderr only
     writes = args.command not in READ_ONLY_COMMANDS and not (
         args.command == "audit" and getattr(args, "audit_command", "") == "verify") and not (
         getattr(args, "dry_run", False))
     configure_logging(paths.home() / "logs" / "gameday.log" if writes else None)
     agent_tls.apply_arguments(args)
+    if args.command == "completion":
+        from gameday.cli.completion import script
+
+        sys.stdout.write(script(parser, args.shell))
+        return 0
     try:
         status = _command(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the exit's own flush
@@ -276,10 +350,14 @@ def _command(args: argparse.Namespace) -> int:
     try:
         if args.command in ("run", "plan"):
             return _cmd_run(args)
+        if args.command == "init":
+            from gameday.cli.init import run_init
+
+            return run_init(args)
         if args.command == "validate":
             return _cmd_validate(args)
         if args.command == "faults":
-            return _cmd_faults(args.json, args.markdown)
+            return _cmd_faults(args)
         if args.command == "lab":
             return _cmd_lab(args)
         if args.command in ("play", "gate", "schedule", "coverage", "report"):

@@ -6,18 +6,22 @@ coverage cell), 2 invalid input (nothing injected), 130/143 interrupted.
 """
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from gameday.gamedays.play import PlaybookRun
     from gameday.gamedays.playbook import Playbook
 
+from gameday import IMAGE
 from gameday.cli.output import add_output_argument, emit, wants_json
+from gameday.cli.parsers import command
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
 from gameday.targets import agent_tls
+from gameday.words import plural
 
 COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 
@@ -35,8 +39,6 @@ def _draw_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="show what would run (experiments, order, the draw and its seed) "
                              "and stop; nothing is started or injected")
-    if not any("--output" in action.option_strings for action in parser._actions):
-        add_output_argument(parser)
 
 
 def _load(args: argparse.Namespace) -> "Playbook":
@@ -85,62 +87,74 @@ def _show_plan(playbook: "Playbook", args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     """Add the game-day subcommands to the ``gameday`` parser's subparsers."""
-    play = commands.add_parser("play", help="run a playbook (a game day)")
-    play.add_argument("playbook", type=Path)
-    play.add_argument("--journal-dir", type=Path, help="where the journals go (default "
-                                                       "journals/<stamp>-<playbook>)")
-    play.add_argument("--lab-dir", type=Path, help="lab directory")
+    play = command(commands, "play", "run a playbook (a game day)",
+                   "gameday play playbooks/weekly-gameday.yaml --output json > record.json")
+    play.add_argument("playbook", type=Path, help="the playbook (YAML)")
+    play.add_argument("--journal-dir", type=Path, metavar="DIR",
+                      help="where the journals go (default journals/<stamp>-<playbook>)")
+    play.add_argument("--lab-dir", type=Path, metavar="DIR", help="lab directory")
     play.add_argument("--sign-key", type=Path, metavar="KEY",
                       help="sign every journal and the record with this Ed25519 key "
                            "(gameday audit keygen)")
     _draw_arguments(play)
+    add_output_argument(play)
     add_result_arguments(play)
     agent_tls.add_arguments(play)
 
-    gate = commands.add_parser("gate", help="run a playbook as a release gate, or judge "
-                                                "existing journals (--journals DIR)")
-    gate.add_argument("playbook", type=Path)
-    gate.add_argument("--journal-dir", type=Path)
+    gate = command(commands, "gate", "run a playbook as a release gate, or judge existing "
+                                     "journals (--journals DIR)",
+                   "gameday gate playbooks/release-gate.yaml --junit gate.xml")
+    gate.add_argument("playbook", type=Path, help="the playbook (YAML) with its gate")
+    gate.add_argument("--journal-dir", type=Path, metavar="DIR",
+                      help="where the journals go (default journals/<stamp>-<playbook>)")
     gate.add_argument("--journals", type=Path, metavar="DIR",
                       help="judge the newest verified journal of each experiment under DIR "
                            "instead of running them")
     gate.add_argument("--public-key", type=Path, metavar="KEY.pub",
                       help="count only journals signed by this Ed25519 key")
-    gate.add_argument("--lab-dir", type=Path)
+    gate.add_argument("--lab-dir", type=Path, metavar="DIR", help="lab directory")
     _draw_arguments(gate)
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
     gate.add_argument("--sign-key", type=Path, metavar="KEY",
                       help="sign every journal and the record with this Ed25519 key")
+    add_output_argument(gate)
     add_result_arguments(gate)
     agent_tls.add_arguments(gate)
 
-    schedule = commands.add_parser("schedule", help="a playbook's schedule as cron")
-    schedule.add_argument("playbook", type=Path)
-    schedule.add_argument("--emit", choices=["cronjob", "crontab"], required=True)
-    schedule.add_argument("--image", help="container image (cronjob)")
+    schedule = command(commands, "schedule", "a playbook's schedule as cron",
+                       "gameday schedule playbooks/weekly-gameday.yaml --emit crontab "
+                       "| crontab -")
+    schedule.add_argument("playbook", type=Path, help="the playbook (YAML) with a schedule")
+    schedule.add_argument("--emit", choices=["cronjob", "crontab"], required=True,
+                          help="a Kubernetes CronJob manifest, or a crontab line for this host")
+    schedule.add_argument("--image", metavar="IMAGE",
+                          help=f"container image (cronjob; default {IMAGE})")
     schedule.add_argument("--namespace", default="gameday-system",
                           help="namespace (cronjob; default gameday-system)")
 
-    coverage = commands.add_parser("coverage", help="fault x layer coverage from journals")
-    coverage.add_argument("directory", type=Path)
-    coverage.add_argument("--format", choices=["md", "html", "csv", "json"], default="md")
+    coverage = command(commands, "coverage", "fault x layer coverage from journals",
+                       "gameday coverage journals/ --format html -o coverage.html")
+    coverage.add_argument("directory", type=Path, help="journals (searched recursively)")
+    coverage.add_argument("--format", choices=["md", "html", "csv", "json"], default="md",
+                          help="the matrix's format (default md)")
     coverage.add_argument("--require", type=Path, metavar="FILE",
                           help="playbook or requirement file with coverage.require")
-    coverage.add_argument("-o", "--output", type=Path, metavar="FILE")
+    coverage.add_argument("-o", "--output", type=Path, metavar="FILE",
+                          help="where to write (default standard output)")
     coverage.add_argument("--public-key", type=Path, metavar="KEY.pub",
                           help="count only journals signed by this Ed25519 key")
     coverage.add_argument("--exclude-lab", action="store_true",
                           help="leave out evidence from the virtual lab")
 
-    report = commands.add_parser(
-        "report", help="render a journal, or a game day's record (*.playbook.json), as HTML "
-                       "or Markdown",
-        epilog="example: gameday report journals/20261201T101500Z-gpu-ecc.json "
-               "(writes journals/20261201T101500Z-gpu-ecc.html)")
+    report = command(commands, "report", "render a journal, or a game day's record "
+                                         "(*.playbook.json), as HTML or Markdown",
+                     "gameday report journals/20261201T101500Z-gpu-ecc.json "
+                     "(writes journals/20261201T101500Z-gpu-ecc.html)")
     report.add_argument("journal", type=Path, help="a journal or a playbook run record")
-    report.add_argument("--format", choices=["html", "md"], default="html")
+    report.add_argument("--format", choices=["html", "md"], default="html",
+                        help="html (default, self-contained) or md")
     report.add_argument("-o", "--output", type=Path, metavar="FILE",
                         help="where to write (default: next to the input, .html or .md; "
                              "'-' for standard output)")
@@ -183,7 +197,7 @@ def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "Playbook
     from gameday.report.terminal import PlaybookRow, console_for, print_playbook, print_run
 
     playbook = _load(args)
-    console = console_for(sys.stdout)
+    console = console_for(_people(args))
     results = publisher(args)
     result = play(playbook, console=console, journal_dir=args.journal_dir,
                   lab_dir=_lab_dir(args), on_summary=results.publish if results else None,
@@ -202,10 +216,19 @@ def _played(args: argparse.Namespace, *, verdict_line: bool = True) -> "Playbook
     return result
 
 
+def _people(args: argparse.Namespace) -> TextIO:
+    """Where the text for people goes: stdout, or stderr when stdout carries JSON."""
+    return sys.stderr if wants_json(args) else sys.stdout
+
+
 def _play(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _show_plan(_load(args), args)
-    return _played(args).exit_code
+    result = _played(args)
+    if wants_json(args):
+        emit({**result.to_json(), "record": str(result.record_path) if result.record_path
+              else None}, sys.stdout)
+    return result.exit_code
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -229,17 +252,27 @@ def _gate(args: argparse.Namespace) -> int:
             return result.interrupted_exit
         playbook, runs = result.playbook, result.runs
         rejected = reject_unverified(runs, trusted)
+    out = _people(args)
     for path, reason in rejected.items():
-        print(f"gate: rejected {path}: {reason}")
+        print(f"gate: rejected {path}: {reason}", file=out)
     verdict = evaluate(playbook, runs)
     write_outputs(verdict, runs, junit=args.junit, summary=args.summary,
                   command=f"gameday gate {args.playbook}")
     for case in verdict.failures:
-        print(f"gate: FAIL {case.classname} > {case.name}: {case.message}")
+        print(f"gate: FAIL {case.classname} > {case.name}: {case.message}", file=out)
     print(f"gate: {'PASSED' if verdict.passed else 'FAILED'} ({verdict.count('passed')} "
-          f"passed, {len(verdict.failures)} failed, {verdict.count('xfail')} expected "
-          f"failures)" + (f"; JUnit {args.junit}" if args.junit else "")
-          + (f"; summary {args.summary}" if args.summary else ""))
+          f"passed, {len(verdict.failures)} failed, "
+          f"{plural(verdict.count('xfail'), 'expected failure')})"
+          + (f"; JUnit {args.junit}" if args.junit else "")
+          + (f"; summary {args.summary}" if args.summary else ""), file=out)
+    if wants_json(args):
+        emit({"playbook": str(args.playbook), "title": verdict.title, "passed": verdict.passed,
+              "exit_code": verdict.exit_code,
+              "cases": [dataclasses.asdict(case) for case in verdict.cases],
+              "runs": [run.to_json() for run in runs],
+              "rejected": {str(path): reason for path, reason in rejected.items()},
+              "junit": str(args.junit) if args.junit else None,
+              "summary": str(args.summary) if args.summary else None}, sys.stdout)
     return verdict.exit_code
 
 

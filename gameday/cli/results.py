@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(node_exporter textfile collector)")
     group.add_argument("--pushgateway", metavar="URL",
                        help="push them to this Prometheus Pushgateway after each experiment")
-    group.add_argument("--pushgateway-job", default=DEFAULT_JOB, metavar="JOB")
+    group.add_argument("--pushgateway-job", default=DEFAULT_JOB, metavar="JOB",
+                       help=f"the job label of the pushed group (default {DEFAULT_JOB})")
     group.add_argument("--pushgateway-user", metavar="USER",
                        help=f"basic auth user (password from ${PASSWORD_ENV})")
     group.add_argument("--pushgateway-cert", metavar="FILE", help="TLS client certificate")

@@ -6,6 +6,7 @@ from typing import Any, TextIO
 from chaoslib.run import RunEventHandler
 
 from gameday.engine.verdict import error_line
+from gameday.words import plural
 
 
 class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
@@ -31,7 +32,8 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
         self._say(f"steady state before: {'met' if state.get('steady_state_met') else 'NOT MET'}")
 
     def start_method(self, experiment: dict[str, Any]) -> None:
-        self._say(f"method: {len(experiment.get('method') or [])} activities ...")
+        self._say(f"method: {plural(len(experiment.get('method') or []), 'activity', 'activities')}"
+                  " ...")
 
     def activity_completed(self, activity: dict[str, Any], run: dict[str, Any]) -> None:
         ok = run.get("status") == "succeeded"

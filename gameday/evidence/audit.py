@@ -25,6 +25,7 @@ from gameday.bounded import MAX_JSON_BYTES, read_limited
 from gameday.errors import InvalidInput
 from gameday.evidence import signing
 from gameday.evidence.journal import CHAIN_FILE
+from gameday.words import plural
 
 MAX_JOURNALS = 1_000_000
 
@@ -55,7 +56,7 @@ class AuditResult:
     def line(self) -> str:
         if self.ok:
             signed = f", {self.signed} signed" if self.signed else ""
-            return f"audit: OK: {self.journals} journals, chain intact{signed}"
+            return f"audit: OK: {plural(self.journals, 'journal')}, chain intact{signed}"
         more = len(self.problems) - 1
         extra = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
         return f"audit: FAILED: {self.problems[0]}{extra}"

@@ -41,6 +41,7 @@ from gameday.gamedays.costs import CostProjection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
 from gameday.stats import percentile
+from gameday.words import plural
 
 
 @dataclass
@@ -354,7 +355,7 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
         lines.append(f"Rate: {_md(verdict.projection.fleet.source)}.")
     failures = verdict.failures
     if failures:
-        lines += ["", f"<details><summary>{len(failures)} failing check(s)</summary>", ""]
+        lines += ["", f"<details><summary>{plural(len(failures), 'failing check')}</summary>", ""]
         lines += [f"- **{_md(c.classname)} > {_md(c.name)}**: {_md(c.message)}"
                   for c in failures]
         lines += ["", "</details>"]

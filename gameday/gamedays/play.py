@@ -41,6 +41,7 @@ from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
 from gameday.targets.lab import LabLease
+from gameday.words import plural
 
 RECORD_SUFFIX = ".playbook.json"
 EXIT_PASSED, EXIT_FAILED = 0, 1
@@ -169,8 +170,8 @@ def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = Non
     result.started_at = datetime.datetime.now(datetime.UTC).timestamp()
     lab = LabLease((lab_dir or paths.lab_dir()).absolute(),
                    lambda line: console.print(line, markup=False))
-    console.print(f"playbook: {playbook.title} ({len(planned)} experiments, journals in "
-                  f"{directory})", markup=False)
+    console.print(f"playbook: {playbook.title} ({plural(len(planned), 'experiment')}, "
+                  f"journals in {directory})", markup=False)
     for item in planned:
         origin = f"  [drawn: {item.drawn_from}]" if item.drawn_from else ""
         console.print(f"  {item.name}: {item.path.name} expect {item.expect}{origin}",

@@ -14,19 +14,22 @@ friends, and its pods carry the label the agents' NetworkPolicy admits
 """
 
 import json
+import os
 import re
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gameday import __version__
+from gameday import IMAGE, paths
 from gameday.errors import InvalidInput
 from gameday.gamedays.playbook import Playbook
 
-DEFAULT_IMAGE = f"ghcr.io/gameday/gameday:{__version__}"
+DEFAULT_IMAGE = IMAGE
 #: The label of orchestrator pods, which deploy/kubernetes/agent-networkpolicy.yaml admits.
 ORCHESTRATOR_LABEL = ("gameday.dev/role", "orchestrator")
 _TLS_DIR = "/var/run/gameday/tls"
@@ -51,22 +54,59 @@ def _require_schedule(playbook: Playbook) -> tuple[str, str]:
     return playbook.schedule.cron, playbook.schedule.timezone
 
 
-def crontab_line(playbook: Playbook, *, repo: Path, journals: Path | None = None) -> str:
-    """One crontab line that runs the game day from the repository checkout.
+def installed_executable() -> Path:
+    """The absolute path of the ``gameday`` executable of this installation: the one next
+    to the running interpreter (a virtual environment's ``bin/``), else the one on PATH,
+    else the running program."""
+    beside = Path(sys.executable).parent / "gameday"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside.absolute()
+    found = shutil.which("gameday")
+    return Path(found or sys.argv[0]).absolute()
+
+
+def crontab_line(playbook: Playbook, *, repo: Path, journals: Path | None = None,
+                 executable: Path | None = None, home: Path | None = None) -> str:
+    """One crontab line that runs the game day from the checkout ``repo``, every path
+    absolute: the installed executable (``executable``, default
+    :func:`installed_executable`), the playbook, the journals (``journals``, default
+    ``$GAMEDAY_JOURNALS`` or ``journals``) and ``GAMEDAY_HOME`` (``home``, default this
+    shell's ``$GAMEDAY_HOME`` or ``.gameday``; the log goes to its ``logs/``), set on the
+    line since cron's environment has none of it.
 
     cron has no per-line time zone, so a non-UTC playbook gets a ``CRON_TZ=`` line
     first (cronie and systemd-cron read it; Debian's cron needs the host in that zone).
     """
     cron, timezone = _require_schedule(playbook)
-    journal_dir = journals or repo / "journals"
+    repo = repo.absolute()
+    journal_dir = (journals or paths.journals_dir()).absolute()
+    home = (home or paths.home()).absolute()
+    program = executable or installed_executable()
     stamp = "$(date -u +\\%Y\\%m\\%dT\\%H\\%M\\%SZ)"  # cron needs % escaped
-    log = repo / ".gameday" / "logs" / f"{playbook.slug}.cron.log"
-    command = (f"cd {shlex.quote(str(repo))} && .venv/bin/gameday play "
-               f"{shlex.quote(str(playbook.path))} --journal-dir "
+    log = home / "logs" / f"{playbook.slug}.cron.log"
+    command = (f"cd {shlex.quote(str(repo))} && mkdir -p {shlex.quote(str(log.parent))} && "
+               f"GAMEDAY_HOME={shlex.quote(str(home))} {shlex.quote(str(program))} play "
+               f"{shlex.quote(str(playbook.path.absolute()))} --journal-dir "
                f"{shlex.quote(str(journal_dir / playbook.slug))}/{stamp}"
                f" >> {shlex.quote(str(log))} 2>&1")
     prefix = f"CRON_TZ={timezone}\n" if timezone != "UTC" else ""
     return f"{prefix}{cron} {command}"
+
+
+def refuse_lab(playbook: Playbook) -> None:
+    """InvalidInput when the game day would run on the embedded lab (the playbook's
+    target, else one of its experiments'): a CronJob's pod cannot and must not start one."""
+    if playbook.target is not None:
+        on_lab = playbook.target == "lab"
+    else:
+        from gameday.experiment.loader import load_experiment
+
+        on_lab = any(load_experiment(planned.path).extension.target == "lab"
+                     for planned in playbook.plan())
+    if on_lab:
+        raise InvalidInput("runs on the embedded lab, which a CronJob's pod cannot start; "
+                           "set `target: kubernetes` (or schedule it on a host with --emit "
+                           "crontab)", file=str(playbook.path), path="target")
 
 
 def _name(playbook: Playbook) -> str:
@@ -84,11 +124,13 @@ def _in_image(path: Path) -> str:
 
 
 def cronjob(playbook: Playbook, options: CronJobOptions | None = None) -> dict[str, Any]:
-    """The CronJob manifest, built with and checked against the client's models."""
+    """The CronJob manifest, built with and checked against the client's models;
+    InvalidInput for a game day on the lab (:func:`refuse_lab`)."""
     from kubernetes import client
 
     options = options or CronJobOptions()
     cron, timezone = _require_schedule(playbook)
+    refuse_lab(playbook)
     name = _name(playbook)
     labels = {"app.kubernetes.io/name": "gameday", "app.kubernetes.io/component": "gameday",
               "gameday/playbook": playbook.slug}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.errors import AgentError, LabError
+from gameday.errors import AgentError, LabError, LabSettingError
 from gameday.lab.files import read_json
 from gameday.lab.hostfaults import remove_lab_cgroups
 from gameday.lab.httpjson import fetch_json
@@ -97,8 +97,8 @@ def up(dir: Path, nodes: int = 2, gpus_per_node: int = 4, shards: int = 6,
         if info is not None:
             running = _shape_of(info)
             if running != shape:
-                raise LabError(f"a lab with {running} already runs in {paths.root}; run "
-                               f"`gameday lab down` first")
+                raise LabSettingError(f"a lab with {running} already runs in {paths.root}; "
+                                      f"run `gameday lab down` first")
             return info
         down(paths.root, timeout_s=5.0, clock=clock)  # leftovers of a lab that died
         return _start(paths, shape, clock, timeout_s)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gameday.errors import LabError
+from gameday.errors import LabError, LabSettingError
 from gameday.lab.files import write_atomic, write_json_atomic
 
 __all__ = ["LabLayout", "LabPaths", "NodeLayout", "Shape", "free_ports", "node_name"]
@@ -31,16 +31,18 @@ class Shape:
     shards: int = 6
 
     def check(self) -> None:
-        """Raise :class:`LabError` (one line) when the shape cannot run."""
+        """Raise :class:`LabSettingError` (one line, exit 2) when the shape cannot run."""
         if not 1 <= self.nodes <= 16:
-            raise LabError(f"nodes must be between 1 and 16, got {self.nodes}")
+            raise LabSettingError(f"nodes must be between 1 and 16, got {self.nodes}",
+                                  path="--nodes")
         if not 1 <= self.gpus_per_node <= 16:
-            raise LabError(f"gpus per node must be between 1 and 16, got {self.gpus_per_node}")
+            raise LabSettingError(f"gpus per node must be between 1 and 16, got "
+                                  f"{self.gpus_per_node}", path="--gpus-per-node")
         total = self.nodes * self.gpus_per_node
         if not 1 <= self.shards <= min(total, 32):
-            raise LabError(f"shards must be between 1 and {min(total, 32)} (one GPU each) for "
-                           f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), "
-                           f"got {self.shards}")
+            raise LabSettingError(f"shards must be between 1 and {min(total, 32)} (one GPU "
+                                  f"each) for {self.nodes} node(s) x {self.gpus_per_node} "
+                                  f"GPU(s), got {self.shards}", path="--shards")
 
     def __str__(self) -> str:
         return f"{self.nodes}x{self.gpus_per_node}/{self.shards}"

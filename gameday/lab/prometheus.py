@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from gameday.errors import LabError
+from gameday.errors import LabError, LabSettingError
 from gameday.lab.httpjson import fetch_json
 from gameday.lab.layout import LabLayout
 
@@ -86,7 +86,7 @@ def prometheus_binary() -> str:
     if wanted:
         if os.access(wanted, os.X_OK):
             return wanted
-        raise LabError(f"GAMEDAY_PROMETHEUS={wanted} is not an executable; unset it or "
+        raise LabSettingError(f"GAMEDAY_PROMETHEUS={wanted} is not an executable; unset it or "
                        f"{_INSTALL_HINT}")
     found = shutil.which("prometheus") or (
         "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None)

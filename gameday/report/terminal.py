@@ -4,12 +4,14 @@ On a terminal the tables are drawn with rich, colour-coded by verdict; into a pi
 a file the verdict table is the same rows as aligned plain text, so logs stay greppable.
 """
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gameday.targets import gpu_label
+from gameday.words import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,7 +55,8 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
         if state is not None:
             met = state.get("steady_state_met")
             probes = len(state.get("probes") or [])
-            rows.append((f"steady state {phase}", "PASS" if met else "FAIL", f"{probes} probes"))
+            rows.append((f"steady state {phase}", "PASS" if met else "FAIL",
+                         plural(probes, "probe")))
     onset = min((f["applied_at"] for f in gd.get("faults") or []), default=None)
     for fault in gd.get("faults") or []:
         where = gpu_label(fault.get("node"), fault["target"]["gpu"]) if "gpu" in fault.get(
@@ -93,12 +96,13 @@ def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
     """
     rows = verdict_table(journal)
     if not (hasattr(out, "isatty") and out.isatty()):
-        width = max(len(r[0]) for r in rows)
+        width = max(len("check"), *(len(r[0]) for r in rows))
+        shown = max(len("verdict"), *(len(r[1]) for r in rows))
         print("", file=out)
-        print(f"{'check'.ljust(width)}  verdict  detail", file=out)
-        print(f"{'-' * width}  -------  ------", file=out)
+        print(f"{'check'.ljust(width)}  {'verdict'.ljust(shown)}  detail", file=out)
+        print(f"{'-' * width}  {'-' * shown}  ------", file=out)
         for what, verdict, detail in rows:
-            print(f"{what.ljust(width)}  {verdict.ljust(7)}  {detail}", file=out)
+            print(f"{what.ljust(width)}  {verdict.ljust(shown)}  {detail}".rstrip(), file=out)
         return
     from rich import box
     from rich.table import Table
@@ -113,12 +117,15 @@ def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
 
 
 def print_run(journal: dict[str, Any] | None, journal_path: Path | None, out: TextIO) -> None:
-    """What ``gameday run`` shows when a run ends: its verdict table and journal path
-    (nothing for a run that wrote no journal: a dry run, an interrupted plan)."""
+    """What ``gameday run`` shows when a run ends: its verdict table, its journal's path
+    and the ``gameday report`` command that renders it (nothing for a run that wrote no
+    journal: a dry run, an interrupted plan)."""
     if journal is None:
         return
     print_verdict(journal, out)
     print(f"journal: {journal_path}", file=out)
+    if journal_path is not None:
+        print(f"report:  gameday report {shlex.quote(str(journal_path))}", file=out)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def test_faults_command_lists_every_kind(tmp_path: Path) -> None:
 
     result = gameday(["faults", "--json"], cli_env(tmp_path))
     assert result.returncode == 0
-    listed = {entry["kind"] for entry in json.loads(result.stdout)}
+    listed = {entry["kind"] for entry in json.loads(result.stdout)["kinds"]}
     assert listed == set(CATALOGUE)
     text = gameday(["faults"], cli_env(tmp_path)).stdout
     assert all(name in text for name in CATALOGUE)

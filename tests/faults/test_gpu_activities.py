@@ -67,4 +67,5 @@ def test_the_gpu_experiments_load_and_the_kinds_are_listed() -> None:
     listing = {k.name: k.to_json() for k in CATALOGUE.values()}
     assert listing["gpu.oom"]["injected_at"] == {"lab": "virtual", "host": "device"}
     assert listing["gpu.thermal"]["injected_at"]["host"] == "telemetry"
-    assert listing["gpu.fall_off_bus"]["params"] == []
+    assert listing["gpu.fall_off_bus"]["params"]["required"] == []
+    assert set(listing["gpu.fall_off_bus"]["params"]["properties"]) == {"gpu", "lease_s"}

@@ -181,7 +181,7 @@ def test_the_shipped_and_the_emitted_cronjob_reach_agents_with_mutual_tls() -> N
     _orchestrator_reaches_agents_with_mtls(
         docs[("CronJob", "gameday-weekly")].model.spec.job_template.spec.template)
     emitted = validate_manifest(cronjob(load_playbook(ROOT / "playbooks" /
-                                                      "weekly-gameday.yaml")))
+                                                      "weekly-cluster.yaml")))
     assert emitted.document["metadata"]["namespace"] == "gameday-system"
     _orchestrator_reaches_agents_with_mtls(emitted.model.spec.job_template.spec.template)
 

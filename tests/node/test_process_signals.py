@@ -162,9 +162,9 @@ def test_the_agent_own_threads_are_never_signalled() -> None:
         tid = thread.native_id
         assert tid is not None and tid != os.getpid()
         pause = HostSignalFault("process.pause")
-        with pytest.raises(FaultRejected, match="a thread of this agent|: this process"):
+        with pytest.raises(FaultRejected, match=r"a thread of this agent|: this process"):
             pause.apply("t-1", FaultRequest("process.pause", {"pid": tid}, {}))
-        with pytest.raises(FaultRejected, match="a thread of this agent|: this process"):
+        with pytest.raises(FaultRejected, match=r"a thread of this agent|: this process"):
             pause.apply("t-2", FaultRequest("process.pause", {"pid": os.getpid()}, {}))
     finally:
         release.set()

@@ -15,7 +15,7 @@ from gameday.errors import InvalidInput
 from gameday.gamedays.faultmix import load_mix
 from gameday.gamedays.playbook import load_playbook, load_requirements
 from gameday.gamedays.schedule import cronjob, crontab_line, validate_cronjob
-from tests.conftest import REPO, cli_env, gameday
+from tests.conftest import BIN, REPO, cli_env, gameday
 
 PLAYBOOKS = REPO / "playbooks"
 FLAGSHIP = REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml"
@@ -108,10 +108,11 @@ def test_mix_errors_name_file_and_line(tmp_path: Path) -> None:
 
 def test_crontab_line(tmp_path: Path) -> None:
     weekly = load_playbook(PLAYBOOKS / "weekly-gameday.yaml")
-    line = crontab_line(weekly, repo=REPO)
+    line = crontab_line(weekly, repo=REPO, home=tmp_path / "home")
     fields = line.split(" ", 5)
     assert fields[:5] == ["0", "10", "*", "*", "3"]
-    assert ".venv/bin/gameday play" in fields[5] and "\\%Y" in fields[5]
+    assert f"GAMEDAY_HOME={tmp_path / 'home'} {BIN / 'gameday'} play " in fields[5]
+    assert f" {PLAYBOOKS / 'weekly-gameday.yaml'} " in fields[5] and "\\%Y" in fields[5]
     path = _write(tmp_path, f"title: t\nexperiments:\n  - path: {FLAGSHIP}\nschedule:\n"
                             f"  cron: '30 2 * * 1-5'\n  timezone: Europe/Paris\n")
     assert crontab_line(load_playbook(path), repo=REPO).startswith(
@@ -119,12 +120,12 @@ def test_crontab_line(tmp_path: Path) -> None:
 
 
 def test_cronjob_manifest_fits_the_client_models() -> None:
-    manifest = cronjob(load_playbook(PLAYBOOKS / "weekly-gameday.yaml"))
+    manifest = cronjob(load_playbook(PLAYBOOKS / "weekly-cluster.yaml"))
     job = validate_cronjob(manifest)
     assert job.spec.schedule == "0 10 * * 3" and job.spec.time_zone == "UTC"
     assert job.spec.concurrency_policy == "Forbid"
     container = job.spec.job_template.spec.template.spec.containers[0]
-    assert container.command[:3] == ["gameday", "play", "playbooks/weekly-gameday.yaml"]
+    assert container.command[:3] == ["gameday", "play", "playbooks/weekly-cluster.yaml"]
     broken = dict(manifest, spec={**manifest["spec"], "schedule": None})
     with pytest.raises(InvalidInput, match="does not fit the Kubernetes API"):
         validate_cronjob(broken)
@@ -132,10 +133,17 @@ def test_cronjob_manifest_fits_the_client_models() -> None:
 
 def test_schedule_cli(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
-    result = gameday(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "cronjob"], env)
+    result = gameday(["schedule", "playbooks/weekly-cluster.yaml", "--emit", "cronjob"], env)
     assert result.returncode == 0, result.stderr
     document = yaml.safe_load(result.stdout)
     assert document["kind"] == "CronJob" and document["apiVersion"] == "batch/v1"
+    result = gameday(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "cronjob"], env)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "weekly-gameday.yaml: target: runs on the embedded lab" in result.stderr
+    result = gameday(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "crontab"], env)
+    assert result.returncode == 0, result.stderr
+    assert f"GAMEDAY_HOME={env['GAMEDAY_HOME']} {BIN / 'gameday'} play " in result.stdout
+    assert f"{env['GAMEDAY_HOME']}/logs/weekly-gameday.cron.log" in result.stdout
     result = gameday(["schedule", "playbooks/release-gate.yaml", "--emit", "crontab"], env)
     assert result.returncode == 2 and "release-gate.yaml: schedule: has no schedule" in \
         result.stderr

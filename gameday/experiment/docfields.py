@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gameday.errors import InvalidInput
-from gameday.experiment.loader import read_document
+from gameday.experiment.loader import line_of, read_document
 
 
 def join(base: str, key: str | int) -> str:
@@ -36,13 +36,7 @@ class Document:
         return cls(path, data, lines)
 
     def line_of(self, key_path: str) -> int | None:
-        probe = key_path
-        while probe:
-            if probe in self.lines:
-                return self.lines[probe]
-            cut = max(probe.rfind("."), probe.rfind("["))
-            probe = probe[:cut] if cut > 0 else ""
-        return None
+        return line_of(self.lines, key_path)
 
     def fail(self, message: str, key_path: str) -> NoReturn:
         raise InvalidInput(message, file=str(self.path), path=key_path or None,

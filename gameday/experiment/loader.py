@@ -46,13 +46,18 @@ class LoadedExperiment:
 
     def line_of(self, key_path: str) -> int | None:
         """The line of a key path, or of its nearest ancestor that has one."""
-        probe = key_path
-        while probe:
-            if probe in self.lines:
-                return self.lines[probe]
-            cut = max(probe.rfind("."), probe.rfind("["))
-            probe = probe[:cut] if cut > 0 else ""
-        return None
+        return line_of(self.lines, key_path)
+
+
+def line_of(lines: Mapping[str, int], key_path: str) -> int | None:
+    """The line ``lines`` maps ``key_path`` to, or its nearest ancestor's."""
+    probe = key_path
+    while probe:
+        if probe in lines:
+            return lines[probe]
+        cut = max(probe.rfind("."), probe.rfind("["))
+        probe = probe[:cut] if cut > 0 else ""
+    return None
 
 
 def _join(base: str, key: Any) -> str:

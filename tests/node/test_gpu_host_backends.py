@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -288,6 +289,81 @@ def test_gpu_oom_is_unavailable_without_a_cuda_driver(tmp_path: Path) -> None:
     assert host.backend.capabilities()["gpu.oom"] == "no CUDA driver (stand-in)"
     with pytest.raises(FaultRejected, match=r"gpu\.oom cannot be applied on this host: no CUDA"):
         host.backend.apply("f1", request("gpu.oom", fraction=0.5))
+
+
+BLOCKED = [
+    pytest.param(lambda nvml, cuda: nvml.mig.add(1), "GPU 1 has MIG enabled", id="mig"),
+    pytest.param(lambda nvml, cuda: nvml.compute_modes.update({1: 3}),
+                 "GPU 1 is in exclusive-process compute mode", id="exclusive-process"),
+    pytest.param(lambda nvml, cuda: nvml.compute_modes.update({1: 2}),
+                 "GPU 1 is in prohibited compute mode", id="prohibited"),
+    # CUDA_VISIBLE_DEVICES=0: the agent's CUDA finds no device at GPU 1's PCI bus id
+    pytest.param(lambda nvml, cuda: cuda.devices_by_pci.pop("0000:28:00.0"),
+                 r"the agent's CUDA cannot see GPU 1 .*CUDA_VISIBLE_DEVICES", id="invisible"),
+]
+
+
+@pytest.mark.parametrize(("block", "why"), BLOCKED)
+def test_gpu_oom_refuses_a_gpu_it_cannot_share_before_allocating(
+        tmp_path: Path, block: Callable[[StandInNvml, StandInCuda], object], why: str) -> None:
+    """Stand-in NVML and CUDA: one GPU of two blocked; gpu.oom is still offered (GPU 0
+    can be held), the blocked GPU is refused by the check and the apply, and nothing is
+    allocated there (no context, no allocation)."""
+    host = make_host(tmp_path)
+    block(host.nvml, host.cuda)
+    backend = HostBackend("gpu-host", gpu_handlers(GpuHost(
+        nvml=host.nvml, cuda=host.cuda, dcgm=host.dcgm, kmsg=KernelLog(str(host.kmsg)),
+        node="gpu-host")))
+    backend.use_policy(Policy(kinds=frozenset({"gpu.oom"})))
+    assert backend.kinds()["gpu.oom"] == "device"
+    with pytest.raises(FaultRejected, match=f"gpu.oom: {why}.*; nothing was allocated"):
+        backend.check(request("gpu.oom", 1, fraction=0.5))
+    with pytest.raises(FaultRejected, match=f"gpu.oom: {why}.*; nothing was allocated"):
+        backend.apply("o1", request("gpu.oom", 1, fraction=0.5))
+    assert host.cuda.contexts == {} and host.cuda.allocations == {}
+    assert host.cuda.free == {0: 80 * GIB, 1: 80 * GIB}
+    assert backend.check(request("gpu.oom", 0, fraction=0.5))["gpus"][0]["index"] == 0
+
+
+def test_gpu_oom_is_not_advertised_when_every_gpu_is_blocked(tmp_path: Path) -> None:
+    """Stand-in NVML: GPU 0 with MIG on, GPU 1 exclusive-process: the kind is missing
+    from kinds(), the inventory says why (both reasons), and an apply is refused."""
+    nvml = StandInNvml(mig={0}, compute_modes={1: 3})
+    host = make_host(tmp_path, nvml=nvml)
+    nvml.cuda = host.cuda
+    assert "gpu.oom" not in host.backend.kinds()
+    reason = host.backend.inventory()["unavailable"]["gpu.oom"]
+    assert reason.startswith("no GPU here can be held: GPU 0 has MIG enabled")
+    assert "GPU 1 is in exclusive-process compute mode" in reason
+    assert [g["index"] for g in host.backend.inventory()["gpus"]] == [0, 1]  # still listed
+    with pytest.raises(FaultRejected, match=r"gpu\.oom cannot be applied on this host: no GPU"):
+        host.backend.apply("o1", request("gpu.oom", 0, fraction=0.5))
+    assert host.cuda.contexts == {} and host.cuda.allocations == {}
+
+
+def test_gpu_oom_holds_at_most_free_memory_less_the_margin_counting_the_context(
+        tmp_path: Path) -> None:
+    """Stand-in CUDA whose context takes 300 MiB: fraction 1.0 holds what the context
+    sees free less the margin, leaving exactly the margin; one byte more is refused with
+    nothing held; the context's cost is reported."""
+    host = make_host(tmp_path)
+    host.cuda.context_cost = 300 << 20
+    applied = host.backend.apply("o1", request("gpu.oom", 0, fraction=1.0))
+    assert applied["context_bytes"] == 300 << 20 and applied["margin_bytes"] == OOM_MARGIN_BYTES
+    assert applied["free_before"] == 80 * GIB - (300 << 20)
+    assert applied["held_bytes"] == 80 * GIB - (300 << 20) - OOM_MARGIN_BYTES
+    assert host.cuda.free[0] == OOM_MARGIN_BYTES
+    host.backend.revert("o1", request("gpu.oom"))
+    assert host.cuda.free[0] == 80 * GIB and host.cuda.contexts == {}
+    room = 80 * GIB - (300 << 20) - OOM_MARGIN_BYTES
+    with pytest.raises(FaultRejected, match=(
+            rf"cannot hold {room + 1} bytes: .* after the context's own {300 << 20} and "
+            rf"{OOM_MARGIN_BYTES} are kept as margin; nothing was allocated")):
+        host.backend.apply("o2", request("gpu.oom", 0, size_bytes=room + 1))
+    assert host.cuda.allocations == {} and host.cuda.contexts == {}
+    exact = host.backend.apply("o3", request("gpu.oom", 0, size_bytes=room))
+    assert exact["held_bytes"] == room and host.cuda.free[0] == OOM_MARGIN_BYTES
+    host.backend.revert("o3", request("gpu.oom"))
 
 
 # -- Xid: kernel log and DCGM -------------------------------------------------------------

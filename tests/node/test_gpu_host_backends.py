@@ -9,6 +9,7 @@ libraries are loaded and report why they are unavailable. ``bench/gpu_check.py``
 the real CUDA and NVML code on a GPU machine.
 """
 
+import http.server
 import json
 import re
 import threading
@@ -26,7 +27,14 @@ from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend, host_backend
 from gameday.node.host.cuda import OOM_MARGIN_BYTES, CudaError, LibCuda, hold_memory
-from gameday.node.host.dcgm import CACHE_ONLY, FIELDS, ExporterView, HeldInjection, PyDcgm
+from gameday.node.host.dcgm import (
+    CACHE_ONLY,
+    EXPORTER_NAMES,
+    FIELDS,
+    ExporterView,
+    HeldInjection,
+    PyDcgm,
+)
 from gameday.node.host.gpu import XIDS_REFUSED_AS_LINES, GpuHost, gpu_handlers
 from gameday.node.host.kmsg import KernelLog, pci_for_xid, xid_line
 from gameday.node.host.nvml import (
@@ -436,6 +444,79 @@ def test_fall_off_bus_is_dcgm_only_and_leaves_the_gpu_alone(tmp_path: Path) -> N
     assert host.backend.inventory()["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
     host.backend.revert("b1", request("gpu.fall_off_bus"))
     assert host.dcgm.latest(10, 230) == 0
+
+
+class StandInExporter:
+    """A real HTTP server on loopback answering ``/metrics`` in dcgm-exporter's text
+    format, from a STAND-IN DCGM's values (``connected``: as an exporter reading the
+    host engine the agent injects into, ``-r HOST:5555``) or from none (an exporter on
+    its own embedded engine, which never sees an injection)."""
+
+    def __init__(self, dcgm: StandInDcgm, nvml: StandInNvml, *, connected: bool) -> None:
+        source = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = source.text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.dcgm, self.nvml, self.connected = dcgm, nvml, connected
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def text(self) -> str:
+        lines = []
+        for field_id, name in sorted(EXPORTER_NAMES.items()):
+            lines += [f"# HELP {name} field {field_id}", f"# TYPE {name} gauge"]
+            for index in range(self.nvml.device_count()):
+                uuid = self.nvml.uuid(index)
+                value = self.dcgm.latest(self.dcgm.gpu_id(uuid), field_id) \
+                    if self.connected else None
+                lines.append(f'{name}{{gpu="{index}",UUID="{uuid}",pci_bus_id='
+                             f'"{self.nvml.pci_bus_id(index)}",device="nvidia{index}",'
+                             f'modelName="{self.nvml.name(index)}",Hostname="gpu-host"}} '
+                             f"{value or 0}")
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(("connected", "layer"), [(True, "telemetry"), (False, CACHE_ONLY)])
+def test_the_layer_is_telemetry_only_where_the_probes_exporter_shows_the_value(
+        tmp_path: Path, connected: bool, layer: str) -> None:
+    """ExporterView against a real loopback server (StandInExporter): the injected Xid 79
+    on GPU 1's UUID is read back there -> ``telemetry``; an exporter that shows 0 ->
+    ``telemetry (DCGM cache only)``, naming what was not shown and where."""
+    exporter = StandInExporter(StandInDcgm(), StandInNvml(), connected=connected)
+    try:
+        host = make_host(tmp_path, exporter=ExporterView(exporter.url, wait_s=0.3,
+                                                         poll_s=0.05))
+        exporter.dcgm, exporter.nvml = host.dcgm, host.nvml  # this host's engine and GPUs
+        nvml = host.nvml
+        applied = host.backend.apply("b1", request("gpu.fall_off_bus", 1))
+        assert applied["injected_at"] == layer
+        if connected:
+            assert applied["telemetry"] == f"shown at {exporter.url}"
+        else:
+            assert applied["telemetry"] == (
+                f"DCGM_FI_DEV_XID_ERRORS=79 not shown for {nvml.uuid(1)} at {exporter.url} "
+                "within 0.3 s")
+        host.backend.revert("b1", request("gpu.fall_off_bus"))
+        assert 'DCGM_FI_DEV_XID_ERRORS{gpu="1"' in exporter.text()
+    finally:
+        exporter.close()
 
 
 def test_gpu_ecc_adds_to_dcgm_counters_and_reports_the_xid(tmp_path: Path) -> None:

@@ -119,8 +119,10 @@ def thermal_throttle(gpu: dict[str, Any], temperature_c: float = 92.0,
     (in (0, 1]); ``reason`` sets the clocks-event reasons, ``sw_thermal`` (0x20) or
     ``hw_thermal`` (0x20 | 0x40). In the lab shards on the GPU answer slower by the clock
     ratio. On a host DCGM's temperature and clocks-event fields are injected
-    (telemetry); with ``allow_device_settings: true`` the agent also really locks the
-    GPU's clocks through NVML (reset on revert) — refused without it.
+    (telemetry); with ``allow_device_settings: true`` (and the agent policy's
+    ``gpu_device_settings``) the agent also really lowers the GPU's power limit through
+    NVML, saved first and restored exactly on revert (``device-settings``); without DCGM
+    it is refused unless ``allow_device_settings`` is true.
     """
     params = GPU_THERMAL.validate({"temperature_c": temperature_c, "clock_ratio": clock_ratio,
                                    "reason": reason,

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,17 @@ from tests.node.conftest import SOURCES
 GIB = 1 << 30
 
 
-def run_with(libs: Path, *args: str, dcgm: bool = False,
-             dcgm_test_bindings: bool = True) -> subprocess.CompletedProcess[str]:
+def run_with(libs: Path, *args: str, dcgm: bool = False, dcgm_test_bindings: bool = True,
+             extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run python with the stand-in libraries; ``dcgm``: with DCGM's public bindings (a
-    standard install's), and its test bindings unless ``dcgm_test_bindings`` is False."""
+    standard install's), and its test bindings unless ``dcgm_test_bindings`` is False;
+    ``extra_env``: set for the stand-ins (``CUDA_VISIBLE_DEVICES``, ``STANDIN_*``)."""
     path = [str(REPO)] + ([str(SOURCES / "dcgm_bindings")] if dcgm else []) + (
         [str(SOURCES / "dcgm_test_bindings")] if dcgm and dcgm_test_bindings else [])
-    env = {**os.environ, "LD_LIBRARY_PATH": str(libs), "PYTHONPATH": os.pathsep.join(path)}
+    env = {**{k: v for k, v in os.environ.items()
+              if k != "CUDA_VISIBLE_DEVICES" and not k.startswith("STANDIN_")},
+           **(extra_env or {}), "LD_LIBRARY_PATH": str(libs),
+           "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, text=True,
                           capture_output=True, timeout=60)
 
@@ -107,3 +112,77 @@ def test_dcgm_with_only_the_public_bindings_says_injection_needs_the_test_ones(
     result = run_with(standin_libs, "-c", script, dcgm=True, dcgm_test_bindings=False)
     assert result.returncode == 0, result.stderr
     assert "only in DCGM's test bindings (dcgm_agent_internal" in result.stdout
+
+
+#: Builds the host's GPU handlers on the ctypes bindings over the stand-ins and prints,
+#: as JSON, whether gpu.oom is offered, why not, and what applying it on each GPU did.
+OOM_SCRIPT = """
+import ctypes, json, tempfile
+from pathlib import Path
+from gameday.agent.policy import Policy
+from gameday.contract.backend import FaultRequest
+from gameday.errors import FaultRejected
+from gameday.node.host.backend import HostBackend
+from gameday.node.host.cuda import LibCuda
+from gameday.node.host.dcgm import PyDcgm
+from gameday.node.host.gpu import GpuHost, gpu_handlers
+from gameday.node.host.kmsg import KernelLog
+from gameday.node.host.nvml import LibNvml
+standin = ctypes.CDLL("libcuda.so.1")
+standin.standin_used.restype = ctypes.c_size_t
+host = GpuHost(nvml=LibNvml(), cuda=LibCuda(), dcgm=PyDcgm(),
+               kmsg=KernelLog(str(Path(tempfile.mkdtemp()) / "kmsg")), node="standin")
+backend = HostBackend("standin", gpu_handlers(host))
+backend.use_policy(Policy(kinds=frozenset({"gpu.oom"})))
+seen = {"offered": "gpu.oom" in backend.kinds(),
+        "reason": backend.capabilities()["gpu.oom"], "gpus": []}
+for gpu in (0, 1):
+    request = FaultRequest("gpu.oom", {"gpu": gpu}, {"size_bytes": 1 << 30})
+    try:
+        outcome = backend.apply(f"o{gpu}", request)["held_bytes"]
+    except FaultRejected as exc:
+        outcome = str(exc)
+    seen["gpus"].append([outcome, standin.standin_used(0), standin.standin_used(1),
+                         standin.standin_live_contexts()])
+    backend.revert(f"o{gpu}", request)
+print(json.dumps(seen))
+"""
+
+
+def oom_on_standins(libs: Path, **env: str) -> dict[str, Any]:
+    result = run_with(libs, "-c", OOM_SCRIPT, extra_env=env)
+    assert result.returncode == 0, result.stderr
+    seen: dict[str, Any] = json.loads(result.stdout)
+    return seen
+
+
+def test_gpu_oom_skips_what_cuda_visible_devices_hides(standin_libs: Path) -> None:
+    """CUDA_VISIBLE_DEVICES=1 to the stand-in driver: NVML's GPU 0 has no CUDA device
+    (refused, no context made), NVML's GPU 1 is CUDA's ordinal 0, found by PCI bus id."""
+    seen = oom_on_standins(standin_libs, CUDA_VISIBLE_DEVICES="1")
+    assert seen["offered"] is True and seen["reason"] is None
+    refused, held = seen["gpus"]
+    assert refused[0].startswith("gpu.oom: the agent's CUDA cannot see GPU 0 "
+                                 "(cuDeviceGetByPCIBusId: CUDA_ERROR_INVALID_DEVICE; "
+                                 "CUDA_VISIBLE_DEVICES?)")
+    assert refused[1:] == [0, 0, 0]
+    assert held == [GIB, 0, GIB, 1]  # held on the physical GPU 1, while it lasted
+
+
+@pytest.mark.parametrize(("env", "why"), [
+    ({"STANDIN_MIG_GPUS": "0,1"}, "GPU 0 has MIG enabled"),
+    ({"STANDIN_COMPUTE_MODE": "3"}, "GPU 0 is in exclusive-process compute mode"),
+    ({"STANDIN_COMPUTE_MODE": "2"}, "GPU 0 is in prohibited compute mode"),
+    ({"STANDIN_MIG_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"}, "GPU 0 has MIG enabled"),
+])
+def test_gpu_oom_is_not_offered_when_no_gpu_can_be_held(standin_libs: Path,
+                                                        env: dict[str, str], why: str) -> None:
+    """Through pynvml and ctypes on the stand-ins: MIG, a compute mode that does not share,
+    or a GPU hidden from CUDA on every GPU: the kind is not offered, says why, and
+    nothing is allocated on either GPU."""
+    seen = oom_on_standins(standin_libs, **env)
+    assert seen["offered"] is False
+    assert seen["reason"].startswith(f"no GPU here can be held: {why}")
+    for outcome, used0, used1, contexts in seen["gpus"]:
+        assert outcome.startswith("gpu.oom cannot be applied on this host: no GPU here")
+        assert (used0, used1, contexts) == (0, 0, 0)

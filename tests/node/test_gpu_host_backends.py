@@ -9,10 +9,12 @@ libraries are loaded and report why they are unavailable. ``bench/gpu_check.py``
 the real CUDA and NVML code on a GPU machine.
 """
 
+import http.server
 import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +27,14 @@ from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.backend import HostBackend, host_backend
 from gameday.node.host.cuda import OOM_MARGIN_BYTES, CudaError, LibCuda, hold_memory
-from gameday.node.host.dcgm import CACHE_ONLY, FIELDS, ExporterView, HeldInjection, PyDcgm
+from gameday.node.host.dcgm import (
+    CACHE_ONLY,
+    EXPORTER_NAMES,
+    FIELDS,
+    ExporterView,
+    HeldInjection,
+    PyDcgm,
+)
 from gameday.node.host.gpu import XIDS_REFUSED_AS_LINES, GpuHost, gpu_handlers
 from gameday.node.host.kmsg import KernelLog, pci_for_xid, xid_line
 from gameday.node.host.nvml import (
@@ -290,6 +299,81 @@ def test_gpu_oom_is_unavailable_without_a_cuda_driver(tmp_path: Path) -> None:
         host.backend.apply("f1", request("gpu.oom", fraction=0.5))
 
 
+BLOCKED = [
+    pytest.param(lambda nvml, cuda: nvml.mig.add(1), "GPU 1 has MIG enabled", id="mig"),
+    pytest.param(lambda nvml, cuda: nvml.compute_modes.update({1: 3}),
+                 "GPU 1 is in exclusive-process compute mode", id="exclusive-process"),
+    pytest.param(lambda nvml, cuda: nvml.compute_modes.update({1: 2}),
+                 "GPU 1 is in prohibited compute mode", id="prohibited"),
+    # CUDA_VISIBLE_DEVICES=0: the agent's CUDA finds no device at GPU 1's PCI bus id
+    pytest.param(lambda nvml, cuda: cuda.devices_by_pci.pop("0000:28:00.0"),
+                 r"the agent's CUDA cannot see GPU 1 .*CUDA_VISIBLE_DEVICES", id="invisible"),
+]
+
+
+@pytest.mark.parametrize(("block", "why"), BLOCKED)
+def test_gpu_oom_refuses_a_gpu_it_cannot_share_before_allocating(
+        tmp_path: Path, block: Callable[[StandInNvml, StandInCuda], object], why: str) -> None:
+    """Stand-in NVML and CUDA: one GPU of two blocked; gpu.oom is still offered (GPU 0
+    can be held), the blocked GPU is refused by the check and the apply, and nothing is
+    allocated there (no context, no allocation)."""
+    host = make_host(tmp_path)
+    block(host.nvml, host.cuda)
+    backend = HostBackend("gpu-host", gpu_handlers(GpuHost(
+        nvml=host.nvml, cuda=host.cuda, dcgm=host.dcgm, kmsg=KernelLog(str(host.kmsg)),
+        node="gpu-host")))
+    backend.use_policy(Policy(kinds=frozenset({"gpu.oom"})))
+    assert backend.kinds()["gpu.oom"] == "device"
+    with pytest.raises(FaultRejected, match=f"gpu.oom: {why}.*; nothing was allocated"):
+        backend.check(request("gpu.oom", 1, fraction=0.5))
+    with pytest.raises(FaultRejected, match=f"gpu.oom: {why}.*; nothing was allocated"):
+        backend.apply("o1", request("gpu.oom", 1, fraction=0.5))
+    assert host.cuda.contexts == {} and host.cuda.allocations == {}
+    assert host.cuda.free == {0: 80 * GIB, 1: 80 * GIB}
+    assert backend.check(request("gpu.oom", 0, fraction=0.5))["gpus"][0]["index"] == 0
+
+
+def test_gpu_oom_is_not_advertised_when_every_gpu_is_blocked(tmp_path: Path) -> None:
+    """Stand-in NVML: GPU 0 with MIG on, GPU 1 exclusive-process: the kind is missing
+    from kinds(), the inventory says why (both reasons), and an apply is refused."""
+    nvml = StandInNvml(mig={0}, compute_modes={1: 3})
+    host = make_host(tmp_path, nvml=nvml)
+    nvml.cuda = host.cuda
+    assert "gpu.oom" not in host.backend.kinds()
+    reason = host.backend.inventory()["unavailable"]["gpu.oom"]
+    assert reason.startswith("no GPU here can be held: GPU 0 has MIG enabled")
+    assert "GPU 1 is in exclusive-process compute mode" in reason
+    assert [g["index"] for g in host.backend.inventory()["gpus"]] == [0, 1]  # still listed
+    with pytest.raises(FaultRejected, match=r"gpu\.oom cannot be applied on this host: no GPU"):
+        host.backend.apply("o1", request("gpu.oom", 0, fraction=0.5))
+    assert host.cuda.contexts == {} and host.cuda.allocations == {}
+
+
+def test_gpu_oom_holds_at_most_free_memory_less_the_margin_counting_the_context(
+        tmp_path: Path) -> None:
+    """Stand-in CUDA whose context takes 300 MiB: fraction 1.0 holds what the context
+    sees free less the margin, leaving exactly the margin; one byte more is refused with
+    nothing held; the context's cost is reported."""
+    host = make_host(tmp_path)
+    host.cuda.context_cost = 300 << 20
+    applied = host.backend.apply("o1", request("gpu.oom", 0, fraction=1.0))
+    assert applied["context_bytes"] == 300 << 20 and applied["margin_bytes"] == OOM_MARGIN_BYTES
+    assert applied["free_before"] == 80 * GIB - (300 << 20)
+    assert applied["held_bytes"] == 80 * GIB - (300 << 20) - OOM_MARGIN_BYTES
+    assert host.cuda.free[0] == OOM_MARGIN_BYTES
+    host.backend.revert("o1", request("gpu.oom"))
+    assert host.cuda.free[0] == 80 * GIB and host.cuda.contexts == {}
+    room = 80 * GIB - (300 << 20) - OOM_MARGIN_BYTES
+    with pytest.raises(FaultRejected, match=(
+            rf"cannot hold {room + 1} bytes: .* after the context's own {300 << 20} and "
+            rf"{OOM_MARGIN_BYTES} are kept as margin; nothing was allocated")):
+        host.backend.apply("o2", request("gpu.oom", 0, size_bytes=room + 1))
+    assert host.cuda.allocations == {} and host.cuda.contexts == {}
+    exact = host.backend.apply("o3", request("gpu.oom", 0, size_bytes=room))
+    assert exact["held_bytes"] == room and host.cuda.free[0] == OOM_MARGIN_BYTES
+    host.backend.revert("o3", request("gpu.oom"))
+
+
 # -- Xid: kernel log and DCGM -------------------------------------------------------------
 
 
@@ -360,6 +444,79 @@ def test_fall_off_bus_is_dcgm_only_and_leaves_the_gpu_alone(tmp_path: Path) -> N
     assert host.backend.inventory()["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
     host.backend.revert("b1", request("gpu.fall_off_bus"))
     assert host.dcgm.latest(10, 230) == 0
+
+
+class StandInExporter:
+    """A real HTTP server on loopback answering ``/metrics`` in dcgm-exporter's text
+    format, from a STAND-IN DCGM's values (``connected``: as an exporter reading the
+    host engine the agent injects into, ``-r HOST:5555``) or from none (an exporter on
+    its own embedded engine, which never sees an injection)."""
+
+    def __init__(self, dcgm: StandInDcgm, nvml: StandInNvml, *, connected: bool) -> None:
+        source = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = source.text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.dcgm, self.nvml, self.connected = dcgm, nvml, connected
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def text(self) -> str:
+        lines = []
+        for field_id, name in sorted(EXPORTER_NAMES.items()):
+            lines += [f"# HELP {name} field {field_id}", f"# TYPE {name} gauge"]
+            for index in range(self.nvml.device_count()):
+                uuid = self.nvml.uuid(index)
+                value = self.dcgm.latest(self.dcgm.gpu_id(uuid), field_id) \
+                    if self.connected else None
+                lines.append(f'{name}{{gpu="{index}",UUID="{uuid}",pci_bus_id='
+                             f'"{self.nvml.pci_bus_id(index)}",device="nvidia{index}",'
+                             f'modelName="{self.nvml.name(index)}",Hostname="gpu-host"}} '
+                             f"{value or 0}")
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(("connected", "layer"), [(True, "telemetry"), (False, CACHE_ONLY)])
+def test_the_layer_is_telemetry_only_where_the_probes_exporter_shows_the_value(
+        tmp_path: Path, connected: bool, layer: str) -> None:
+    """ExporterView against a real loopback server (StandInExporter): the injected Xid 79
+    on GPU 1's UUID is read back there -> ``telemetry``; an exporter that shows 0 ->
+    ``telemetry (DCGM cache only)``, naming what was not shown and where."""
+    exporter = StandInExporter(StandInDcgm(), StandInNvml(), connected=connected)
+    try:
+        host = make_host(tmp_path, exporter=ExporterView(exporter.url, wait_s=0.3,
+                                                         poll_s=0.05))
+        exporter.dcgm, exporter.nvml = host.dcgm, host.nvml  # this host's engine and GPUs
+        nvml = host.nvml
+        applied = host.backend.apply("b1", request("gpu.fall_off_bus", 1))
+        assert applied["injected_at"] == layer
+        if connected:
+            assert applied["telemetry"] == f"shown at {exporter.url}"
+        else:
+            assert applied["telemetry"] == (
+                f"DCGM_FI_DEV_XID_ERRORS=79 not shown for {nvml.uuid(1)} at {exporter.url} "
+                "within 0.3 s")
+        host.backend.revert("b1", request("gpu.fall_off_bus"))
+        assert 'DCGM_FI_DEV_XID_ERRORS{gpu="1"' in exporter.text()
+    finally:
+        exporter.close()
 
 
 def test_gpu_ecc_adds_to_dcgm_counters_and_reports_the_xid(tmp_path: Path) -> None:

@@ -266,16 +266,29 @@ class GpuOomHost(_GpuHandler):
                     "CUDA_VISIBLE_DEVICES?)")
         return None
 
-    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        index = self.host.index(self.kind, request)
-        size, fraction = request.params.get("size_bytes"), request.params.get("fraction")
+    def _refuse_blocked(self, index: int) -> None:
+        """:class:`FaultRejected` when GPU ``index`` cannot be held (:meth:`blocker`)."""
         try:
             reason = self.blocker(index)
-            _, _, free_before = self.host.nvml.memory(index)
         except NvmlError as exc:
             raise FaultRejected(f"{self.kind}: {exc}") from None
         if reason is not None:
             raise FaultRejected(f"{self.kind}: {reason}; nothing was allocated")
+
+    def check(self, request: FaultRequest) -> dict[str, Any]:
+        """The GPU :meth:`apply` would hold memory on, read-only; refused as it would be
+        where the GPU cannot be held."""
+        self._refuse_blocked(self.host.index(self.kind, request))
+        return super().check(request)
+
+    def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        index = self.host.index(self.kind, request)
+        size, fraction = request.params.get("size_bytes"), request.params.get("fraction")
+        self._refuse_blocked(index)
+        try:
+            _, _, free_before = self.host.nvml.memory(index)
+        except NvmlError as exc:
+            raise FaultRejected(f"{self.kind}: {exc}") from None
         hold = hold_memory(self.host.cuda, pci_bus_id=self.host.nvml.pci_bus_id(index),
                            ordinal=index, size_bytes=size, fraction=fraction,
                            margin_bytes=self.margin_bytes, free_before_context=free_before)

@@ -2,7 +2,10 @@
  * over two pretend devices of 8 GiB each, 1 GiB of each used by others before any
  * allocation (as NVML's stand-in reports). Test helpers: standin_* functions. Device
  * memory is per process unless $STANDIN_CUDA_SHARED names a file: then every process
- * loading the stand-in counts its use there, as processes share a real GPU's memory. */
+ * loading the stand-in counts its use there, as processes share a real GPU's memory.
+ * $CUDA_VISIBLE_DEVICES (indexes, "1" or "0,1") hides the other devices as the driver
+ * does: they have no ordinal and no PCI bus id lookup finds them; ordinals count the
+ * visible ones only. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -55,29 +58,47 @@ CUresult cuGetErrorName(CUresult error, const char **name) {
     case 1: *name = "CUDA_ERROR_INVALID_VALUE"; return 0;
     case 2: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
     case 3: *name = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
+    case 101: *name = "CUDA_ERROR_INVALID_DEVICE"; return 0;
     case 201: *name = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
     default: return 1;
     }
 }
 
+/* the physical device of each ordinal under $CUDA_VISIBLE_DEVICES; their number */
+static int visible(int physical[2]) {
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    int count = 0;
+    if (!list) { physical[0] = 0; physical[1] = 1; return 2; }
+    for (const char *c = list; *c && count < 2; c++)
+        if (*c == '0' || *c == '1') physical[count++] = *c - '0';
+    return count;
+}
+
 CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    int physical[2];
     if (!initialised) return 3;
-    if (ordinal < 0 || ordinal > 1) return 1;
+    if (ordinal < 0 || ordinal >= visible(physical)) return 101;
     *device = ordinal;
     return 0;
 }
 
 CUresult cuDeviceGetByPCIBusId(CUdevice *device, const char *bus_id) {
+    int physical[2], count = visible(physical), wanted = -1;
     if (!initialised) return 3;
-    if (strcmp(bus_id, "00000000:18:00.0") == 0) { *device = 0; return 0; }
-    if (strcmp(bus_id, "00000000:28:00.0") == 0) { *device = 1; return 0; }
-    return 1;
+    if (strcmp(bus_id, "00000000:18:00.0") == 0) wanted = 0;
+    if (strcmp(bus_id, "00000000:28:00.0") == 0) wanted = 1;
+    if (wanted < 0) return 1;
+    for (int ordinal = 0; ordinal < count; ordinal++)
+        if (physical[ordinal] == wanted) { *device = ordinal; return 0; }
+    return 101;
 }
 
 CUresult cuCtxCreate_v2(CUcontext *context, unsigned int flags, CUdevice device) {
-    context_t *created = malloc(sizeof *created);
-    if (flags || device < 0 || device > 1) return 1;
-    created->device = device;
+    int physical[2];
+    context_t *created;
+    if (flags || device < 0 || device >= visible(physical)) return 1;
+    created = malloc(sizeof *created);
+    created->device = physical[device];
     *context = created;
     stack[depth++] = created;
     live_contexts++;

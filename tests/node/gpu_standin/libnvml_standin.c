@@ -4,13 +4,19 @@
  * -DSTANDIN_OLD_DRIVER it is an older driver's: no nvmlDeviceGetTemperatureV, no
  * nvmlSystemGetCudaDriverVersion_v2, and the clocks-event reasons only under their old
  * name (...ClocksThrottleReasons). Driver 550.54.15 with CUDA 12.4; persistence mode on
- * for GPU 0, off for GPU 1. */
+ * for GPU 0, off for GPU 1. Power limits are per process unless $STANDIN_NVML_SHARED names
+ * a file: then every process loading the stand-in reads and sets them there, as a real
+ * GPU keeps its power limit whoever set it and whatever process has exited since. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
     char busIdLegacy[16];
@@ -20,11 +26,36 @@ typedef struct {
 typedef struct { unsigned long long total, free, used; } memory_t;
 
 static unsigned int locked[2];
-static unsigned int power[2] = {700000, 700000};
+static unsigned int local_power[2] = {700000, 700000};
+static unsigned int *power = local_power;
 static int index_of(void *handle) { return (int)((uintptr_t)handle - 0x100); }
 
-int nvmlInit_v2(void) { return 0; }
-int nvmlInitWithFlags(unsigned int flags) { return flags == 0 ? 0 : 2; }
+/* the shared power limits of $STANDIN_NVML_SHARED (a new file starts at the default) */
+static void share_power(void) {
+    const char *path = getenv("STANDIN_NVML_SHARED");
+    struct stat st;
+    void *mapped;
+    int fd;
+    if (!path || power != local_power) return;
+    fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || (st.st_size < (off_t)sizeof local_power &&
+            (ftruncate(fd, 0) != 0 ||
+             write(fd, local_power, sizeof local_power) != (ssize_t)sizeof local_power))) {
+        close(fd);
+        return;
+    }
+    mapped = mmap(NULL, sizeof local_power, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mapped != MAP_FAILED) power = mapped;
+}
+
+int nvmlInit_v2(void) { share_power(); return 0; }
+int nvmlInitWithFlags(unsigned int flags) {
+    if (flags != 0) return 2;
+    share_power();
+    return 0;
+}
 
 int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     snprintf(version, length, "550.54.15");
@@ -157,11 +188,13 @@ int nvmlDeviceSetPowerManagementLimit(void *h, unsigned int milliwatts) {
     return 0;
 }
 
-/* MIG off on both GPUs; compute mode from $STANDIN_COMPUTE_MODE (default 0, shared). */
+/* MIG on for the GPUs whose indexes $STANDIN_MIG_GPUS lists ("0,1"; default none);
+ * compute mode from $STANDIN_COMPUTE_MODE (default 0, shared). */
 int nvmlDeviceGetMigMode(void *h, unsigned int *current, unsigned int *pending) {
-    (void)h;
-    *current = 0;
-    *pending = 0;
+    const char *mig = getenv("STANDIN_MIG_GPUS");
+    char digit = (char)('0' + index_of(h));
+    *current = mig && strchr(mig, digit) ? 1 : 0;
+    *pending = *current;
     return 0;
 }
 

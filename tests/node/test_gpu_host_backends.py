@@ -311,26 +311,34 @@ BLOCKED = [
 ]
 
 
+HOLDERS = [pytest.param("gpu.oom", {"fraction": 0.5}, id="oom"),
+           pytest.param("gpu.memory_leak", {"rate_fraction_per_s": 0.01, "tick_s": 0.05},
+                        id="memory_leak")]
+
+
+@pytest.mark.parametrize(("kind", "params"), HOLDERS)
 @pytest.mark.parametrize(("block", "why"), BLOCKED)
-def test_gpu_oom_refuses_a_gpu_it_cannot_share_before_allocating(
-        tmp_path: Path, block: Callable[[StandInNvml, StandInCuda], object], why: str) -> None:
-    """Stand-in NVML and CUDA: one GPU of two blocked; gpu.oom is still offered (GPU 0
-    can be held), the blocked GPU is refused by the check and the apply, and nothing is
-    allocated there (no context, no allocation)."""
+def test_device_memory_is_refused_on_a_gpu_it_cannot_share_before_allocating(
+        tmp_path: Path, block: Callable[[StandInNvml, StandInCuda], object], why: str,
+        kind: str, params: dict[str, object]) -> None:
+    """Stand-in NVML and CUDA: one GPU of two blocked; gpu.oom and gpu.memory_leak are
+    still offered (GPU 0 can be held), the blocked GPU is refused by the check and the
+    apply, and nothing is allocated there (no context, no allocation)."""
     host = make_host(tmp_path)
     block(host.nvml, host.cuda)
     backend = HostBackend("gpu-host", gpu_handlers(GpuHost(
         nvml=host.nvml, cuda=host.cuda, dcgm=host.dcgm, kmsg=KernelLog(str(host.kmsg)),
         node="gpu-host")))
-    backend.use_policy(Policy(kinds=frozenset({"gpu.oom"})))
-    assert backend.kinds()["gpu.oom"] == "device"
-    with pytest.raises(FaultRejected, match=f"gpu.oom: {why}.*; nothing was allocated"):
-        backend.check(request("gpu.oom", 1, fraction=0.5))
-    with pytest.raises(FaultRejected, match=f"gpu.oom: {why}.*; nothing was allocated"):
-        backend.apply("o1", request("gpu.oom", 1, fraction=0.5))
+    backend.use_policy(Policy(kinds=frozenset({kind})))
+    assert backend.kinds()[kind] == "device"
+    pattern = f"{kind.replace('.', '[.]')}: {why}.*; nothing was allocated"
+    with pytest.raises(FaultRejected, match=pattern):
+        backend.check(request(kind, 1, **params))
+    with pytest.raises(FaultRejected, match=pattern):
+        backend.apply("o1", request(kind, 1, **params))
     assert host.cuda.contexts == {} and host.cuda.allocations == {}
     assert host.cuda.free == {0: 80 * GIB, 1: 80 * GIB}
-    assert backend.check(request("gpu.oom", 0, fraction=0.5))["gpus"][0]["index"] == 0
+    assert backend.check(request(kind, 0, **params))["gpus"][0]["index"] == 0
 
 
 def test_gpu_oom_is_not_advertised_when_every_gpu_is_blocked(tmp_path: Path) -> None:

@@ -220,21 +220,10 @@ class _GpuHandler:
         return details
 
 
-class GpuOomHost(_GpuHandler):
-    """``gpu.oom``: device memory held by the agent through the CUDA driver API.
-
-    Refused before anything is allocated on a GPU another process cannot share memory
-    with this way (:meth:`blocker`); the kind is not advertised where no GPU allows it.
-    """
-
-    kind = "gpu.oom"
-    injected_at = "device"
-
-    def __init__(self, host: GpuHost, *, lists_inventory: bool = False,
-                 margin_bytes: int = OOM_MARGIN_BYTES) -> None:
-        super().__init__(host, lists_inventory=lists_inventory)
-        self.margin_bytes = margin_bytes
-        self._holds: dict[str, MemoryHold] = {}
+class _DeviceMemoryHandler(_GpuHandler):
+    """What ``gpu.oom`` and ``gpu.memory_leak`` share: refused before anything is
+    allocated on a GPU another process cannot share memory with this way
+    (:meth:`blocker`); the kind is not advertised where no GPU allows it."""
 
     def unavailable(self) -> str | None:
         reason = self.host.cuda.unavailable() or self.host.nvml.unavailable()
@@ -276,10 +265,27 @@ class GpuOomHost(_GpuHandler):
             raise FaultRejected(f"{self.kind}: {reason}; nothing was allocated")
 
     def check(self, request: FaultRequest) -> dict[str, Any]:
-        """The GPU :meth:`apply` would hold memory on, read-only; refused as it would be
+        """The GPU :meth:`apply` would allocate on, read-only; refused as it would be
         where the GPU cannot be held."""
         self._refuse_blocked(self.host.index(self.kind, request))
         return super().check(request)
+
+
+class GpuOomHost(_DeviceMemoryHandler):
+    """``gpu.oom``: device memory held by the agent through the CUDA driver API.
+
+    Refused before anything is allocated on a GPU another process cannot share memory
+    with this way (:meth:`blocker`); the kind is not advertised where no GPU allows it.
+    """
+
+    kind = "gpu.oom"
+    injected_at = "device"
+
+    def __init__(self, host: GpuHost, *, lists_inventory: bool = False,
+                 margin_bytes: int = OOM_MARGIN_BYTES) -> None:
+        super().__init__(host, lists_inventory=lists_inventory)
+        self.margin_bytes = margin_bytes
+        self._holds: dict[str, MemoryHold] = {}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         index = self.host.index(self.kind, request)
@@ -305,7 +311,7 @@ class GpuOomHost(_GpuHandler):
             hold.release()
 
 
-class GpuMemoryLeakHost(_GpuHandler):
+class GpuMemoryLeakHost(_DeviceMemoryHandler):
     """``gpu.memory_leak``: device memory the agent allocates on a timer (CUDA driver API)."""
 
     kind = "gpu.memory_leak"
@@ -315,11 +321,9 @@ class GpuMemoryLeakHost(_GpuHandler):
         super().__init__(host)
         self._leaks: dict[str, GrowingHold] = {}
 
-    def unavailable(self) -> str | None:
-        return self.host.cuda.unavailable() or self.host.nvml.unavailable()
-
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         index = self.host.index(self.kind, request)
+        self._refuse_blocked(index)
         params = request.params
         leak = GrowingHold(self.host.cuda, pci_bus_id=self.host.nvml.pci_bus_id(index),
                            ordinal=index, rate_bytes_per_s=params.get("rate_bytes_per_s"),

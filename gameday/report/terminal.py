@@ -61,7 +61,8 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
             probes = len(state.get("probes") or [])
             rows.append((f"steady state {phase}", "PASS" if met else "FAIL",
                          plural(probes, "probe")))
-    onset = min((f["applied_at"] for f in gd.get("faults") or []), default=None)
+    onset = min((f["applied_at"] for f in gd.get("faults") or [] if f.get("applied_at")),
+                default=None)
     for fault in gd.get("faults") or []:
         where = gpu_label(fault.get("node"), fault["target"]["gpu"]) if "gpu" in fault.get(
             "target", {}) else fault.get("node", "")

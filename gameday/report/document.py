@@ -18,7 +18,7 @@ from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.gamedays.costs import Fleet, project
 from gameday.report.svg import objectives_svg, timeline_svg
 from gameday.report.terminal import verdict_table
-from gameday.report.timeline import build_timeline
+from gameday.report.timeline import Timeline, build_timeline, number
 from gameday.targets import gpu_label
 
 FORMATS = ("html", "md")
@@ -109,10 +109,15 @@ def render_html(journal: dict[str, Any], summary: JournalSummary,
                                                   for k, v in _facts(journal, summary))
                  + "</table>")
     parts.append("<h2>What happened</h2>")
-    parts.append(timeline_svg(line, f"{title}: SLI timeline"))
-    parts.append("<p class='muted'>Shaded: fault windows. Line: the service-level indicator "
-                 "(up/down). Bracket: the measured RTO from the fault onset to recovery. "
-                 "Markers: alerts, re-shard moves, verifier results.</p>")
+    if line.windows:
+        parts.append(timeline_svg(line, f"{title}: SLI timeline"))
+        parts.append("<p class='muted'>Shaded: fault windows. Line: the service-level "
+                     "indicator (up/down). Bracket: the measured RTO from the fault onset to "
+                     "recovery. Dashed vertical line: the SLO deadline (onset + the RTO "
+                     "objective). Markers: alerts, re-shard moves, verifier results, the "
+                     "steady-state probes labelled before and after.</p>")
+    else:
+        parts.append(f"<p class='no-fault'>{_esc(_no_fault(line))}</p>")
     parts.append("<h2>Verdict</h2><table class='verdict'>"
                  + _row("check", "verdict", "detail", header=True))
     for what, verdict, detail in verdict_table(journal):
@@ -120,11 +125,22 @@ def render_html(journal: dict[str, Any], summary: JournalSummary,
                      f"</td><td>{_esc(detail)}</td></tr>")
     parts.append("</table><h2>Measurements against objectives</h2>")
     parts.append(objectives_svg(line.objectives))
+    if line.objectives:
+        parts.append("<p class='muted'>Each measurement on its own axis in its unit, from 0: "
+                     "the bar is the measured value, the dashed line its objective.</p>")
     parts.append(_faults_html(journal))
     parts.append(_scale_html(summary, fleet))
     parts.append(_environment_html(journal, summary))
     parts.append("</main></body></html>\n")
     return "".join(parts)
+
+
+def _no_fault(line: Timeline) -> str:
+    """Why a run has no timeline: it has no fault onset to draw from."""
+    if line.faults_listed:
+        return (f"None of the {line.faults_listed} fault(s) this run lists was applied, so "
+                "there is no fault onset and no timeline to draw.")
+    return "No fault was applied in this run, so there is no fault onset and no timeline to draw."
 
 
 def _faults_html(journal: dict[str, Any]) -> str:
@@ -191,22 +207,18 @@ def render_markdown(journal: dict[str, Any], summary: JournalSummary,
     out += [f"- {summary_reason}" for summary_reason in summary.reasons]
     out += ["", "| | |", "|---|---|"]
     out += [f"| {k} | {v.replace('|', '/')} |" for k, v in _facts(journal, summary)]
-    out += ["", "## What happened", "", "| t (s) | event |", "|---:|---|"]
-    events: list[tuple[float, str]] = []
-    for window in line.windows:
-        events.append((window.start, f"fault window opens: {window.label}"))
-        events.append((window.end, "fault window closes"))
-    for marker in line.markers:
-        if marker.kind != "fault":
-            state = {True: " ✓", False: " ✗", None: ""}[marker.ok]
-            events.append((marker.t, f"{marker.kind}: {marker.label}{state}"))
-    if line.rto is not None:
-        slo = "" if line.slo_s is None else f" (SLO {float(line.slo_s):g} s)"
-        events.append((line.rto[1], f"recovered: RTO {line.rto_s} s{slo}"))
-    out += [f"| {t:+.2f} | {text} |" for t, text in sorted(events, key=lambda e: e[0])]
+    out += ["", "## What happened", "", *_events_markdown(line)]
     out += ["", "## Verdict", "", "| check | verdict | detail |", "|---|---|---|"]
     out += [f"| {what} | {v} | {detail.replace('|', '/')} |"
             for what, v, detail in verdict_table(journal)]
+    out += ["", "## Measurements against objectives", ""]
+    if line.objectives:
+        out += ["| measurement | measured | objective | result |", "|---|---:|---:|---|"]
+        out += [f"| {o.label} | {number(o.measured)} {o.unit} | "
+                f"{'-' if o.objective is None else f'{number(o.objective)} {o.unit}'} | "
+                f"{o.verdict()} |" for o in line.objectives]
+    else:
+        out.append("No measurement with an objective in this run.")
     scale = _scale(summary, fleet)
     out += ["", "## What it costs at scale", ""]
     if scale:
@@ -225,6 +237,28 @@ def render_markdown(journal: dict[str, Any], summary: JournalSummary,
             for k, v in sorted(environment.items())]
     out += ["", f"Journal `{summary.path}` sha256 `{summary.sha256}`", ""]
     return "\n".join(out)
+
+
+def _events_markdown(line: Timeline) -> list[str]:
+    """The timeline as a table of events, seconds from the fault onset."""
+    if not line.windows:
+        return [_no_fault(line)]
+    events: list[tuple[float, str]] = []
+    for window in line.windows:
+        events.append((window.start, f"fault window opens: {window.label}"))
+        events.append((window.end, "fault window closes"))
+    for marker in line.markers:
+        if marker.kind != "fault":
+            state = {True: " ✓", False: " ✗", None: ""}[marker.ok]
+            kind = f"{marker.kind} ({marker.phase})" if marker.phase else marker.kind
+            events.append((marker.t, f"{kind}: {marker.label}{state}"))
+    if line.rto is not None:
+        slo = "" if line.slo_s is None else f" (SLO {float(line.slo_s):g} s)"
+        events.append((line.rto[1], f"recovered: RTO {line.rto_s} s{slo}"))
+    if line.deadline is not None:
+        events.append((line.deadline, f"SLO deadline (onset + {number(line.deadline)} s)"))
+    return (["| t (s) | event |", "|---:|---|"]
+            + [f"| {t:+.2f} | {text} |" for t, text in sorted(events, key=lambda e: e[0])])
 
 
 def report(journal_path: Path, fmt: str = "html", fleet: Fleet | None = None) -> str:

@@ -2,14 +2,18 @@
 
 ``timeline_svg`` draws the run on one time axis (seconds from the fault onset): fault
 windows shaded, the SLI as a step line (up/down), the RTO as a bracket from the onset to
-recovery with the SLO deadline, and alert, re-shard, fault and verifier events as
-labelled markers. ``objectives_svg`` draws each measured value against its objective.
+recovery, the SLO deadline (onset + the RTO objective) as a labelled vertical line, alert,
+re-shard and fault events as labelled markers, and verifier results with the
+steady-state probes labelled "before" and "after". It is for a run with a fault; a run
+without one has no onset to draw from. ``objectives_svg`` gives each measurement a row
+of its own with its own axis in its unit from 0: the measured value as a bar, the
+objective as a marked line, and whether it was met or missed by how much.
 """
 
 import math
 from html import escape
 
-from gameday.report.timeline import Marker, Objective, Timeline
+from gameday.report.timeline import Marker, Objective, Timeline, number
 
 WIDTH = 960
 LEFT, RIGHT = 120, 24
@@ -28,9 +32,14 @@ def _nice_step(span: float, target_ticks: int = 8) -> float:
 
 
 def _text(x: float, y: float, text: str, *, size: int = 11, anchor: str = "start",
-          fill: str = "#1d2330", weight: str = "normal") -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
-            f'fill="{fill}" font-weight="{weight}">{escape(text)}</text>')
+          fill: str = "#1d2330", weight: str = "normal", halo: bool = False,
+          css: str = "") -> str:
+    """A label; ``halo`` outlines it in white so a line crossing it does not hide it."""
+    outline = ' stroke="#ffffff" stroke-width="3" paint-order="stroke"' if halo else ""
+    klass = f' class="{css}"' if css else ""
+    return (f'<text{klass} x="{x:.1f}" y="{y:.1f}" font-size="{size}" '
+            f'text-anchor="{anchor}" fill="{fill}" font-weight="{weight}"{outline}>'
+            f'{escape(text)}</text>')
 
 
 class _Axis:
@@ -72,9 +81,10 @@ def timeline_svg(line: Timeline, title: str = "SLI timeline") -> str:
     events_top = top + fault_h + sli_h + rto_h + 14
     lane_h = 17
     verifier_top = events_top + lanes * lane_h + 10
-    axis_y = verifier_top + 30
+    axis_y = verifier_top + 44
     height = axis_y + 34
-    axis = _Axis(line.start, line.end)
+    deadline = line.deadline
+    axis = _Axis(line.start, line.end if deadline is None else max(line.end, deadline))
     parts = [f'<svg role="img" class="chart timeline" '
              f'viewBox="0 0 {WIDTH} {height}" width="100%" '
              f'font-family="system-ui,-apple-system,Segoe UI,sans-serif">',
@@ -101,11 +111,13 @@ def timeline_svg(line: Timeline, title: str = "SLI timeline") -> str:
                      f'fill="{COLORS["window"]}" fill-opacity="0.22"/>')
         parts.append(f'<rect x="{x1:.1f}" y="{top + 3}" width="{max(x2 - x1, 2):.1f}" '
                      f'height="18" fill="{COLORS["fault"]}" fill-opacity="0.85" rx="3"/>')
-        parts.append(_text(x1 + 5, top + 16, window.label + (" (not reverted)"
-                                                            if window.open_ended else ""),
-                           size=11, fill="#ffffff", weight="600"))
+        label = window.label + (" (not reverted)" if window.open_ended else "")
+        fits = 6.6 * len(label) + 10 <= x2 - x1  # else beside the bar, in the fault's colour
+        parts.append(_text(x1 + 5 if fits else max(x2, x1 + 2) + 5, top + 16, label,
+                           size=11, fill="#ffffff" if fits else COLORS["fault"], weight="600",
+                           halo=not fits))
     parts.extend(_sli(line, axis, top + fault_h, sli_h))
-    parts.extend(_rto(line, axis, top + fault_h + sli_h, axis_y))
+    parts.extend(_rto(line, axis, top + fault_h + sli_h))
     for marker, lane in _lanes(markers, axis, lanes):
         x = axis.x(marker.t)
         y = events_top + lane * lane_h
@@ -115,11 +127,14 @@ def timeline_svg(line: Timeline, title: str = "SLI timeline") -> str:
         parts.append(f'<circle class="event {marker.kind}" cx="{x:.1f}" cy="{y + 6}" r="4" '
                      f'fill="{color}"/>')
         parts.append(_text(x + 7, y + 10, marker.label, size=11, fill=color))
+    parts.extend(_phases(verifiers, axis, verifier_top + 32))
+    parts.extend(_deadline(line, axis, top, axis_y))
     for marker in verifiers:
         x = axis.x(marker.t)
         color = {True: COLORS["ok"], False: COLORS["down"], None: COLORS["verifier"]}[marker.ok]
         symbol = {True: "✓", False: "✗", None: "•"}[marker.ok]
-        parts.append(f'<g class="verifier"><title>{escape(marker.label)} at '
+        when = f" ({marker.phase})" if marker.phase else ""
+        parts.append(f'<g class="verifier"><title>{escape(marker.label)}{when} at '
                      f'{marker.t:+.2f} s</title>'
                      f'<rect x="{x - 7:.1f}" y="{verifier_top}" width="14" height="18" rx="3" '
                      f'fill="{color}"/>'
@@ -156,7 +171,7 @@ def _sli(line: Timeline, axis: _Axis, y0: float, h: float) -> list[str]:
     return parts
 
 
-def _rto(line: Timeline, axis: _Axis, y0: float, bottom: float) -> list[str]:
+def _rto(line: Timeline, axis: _Axis, y0: float) -> list[str]:
     parts: list[str] = []
     if line.rto is None:
         return parts
@@ -171,24 +186,41 @@ def _rto(line: Timeline, axis: _Axis, y0: float, bottom: float) -> list[str]:
                  f'y2="{y + 6}" stroke="{color}" stroke-width="2"/></g>')
     label = f"RTO {line.rto_s:.2f} s" if line.rto_s is not None else "RTO"
     if line.slo_s is not None:
-        deadline = onset + float(line.slo_s)
         label += f" (SLO {float(line.slo_s):g} s)"
-        if deadline <= axis.end:
-            xd = axis.x(deadline)
-            parts.append(f'<line class="slo" x1="{xd:.1f}" y1="{y0 - 70}" x2="{xd:.1f}" '
-                         f'y2="{bottom}" stroke="{color}" stroke-dasharray="6 4"/>')
-            parts.append(_text(xd - 4, y0 - 58, "SLO deadline", anchor="end", size=10,
-                               fill=color))
-    parts.append(_text(x1 + 8, y + 4, label, size=12, fill=color, weight="600"))
+    parts.append(_text(x1 + 8, y + 4, label, size=12, fill=color, weight="600", halo=True))
+    return parts
+
+
+def _deadline(line: Timeline, axis: _Axis, top: float, bottom: float) -> list[str]:
+    """The SLO deadline: a labelled vertical line at the fault onset plus the RTO objective."""
+    if line.deadline is None:
+        return []
+    x = axis.x(line.deadline)
+    label = f"SLO deadline +{number(line.deadline)} s"
+    anchor = "end" if x > WIDTH - RIGHT - 6.5 * len(label) else "start"
+    color = COLORS["rto"]
+    return [f'<g class="slo-deadline"><line x1="{x:.1f}" y1="{top - 16}" x2="{x:.1f}" '
+            f'y2="{bottom}" stroke="{color}" stroke-width="1.5" stroke-dasharray="6 4"/>'
+            + _text(x + (4 if anchor == "start" else -4), top - 6, label, anchor=anchor,
+                    size=11, fill=color, weight="600") + "</g>"]
+
+
+def _phases(verifiers: list[Marker], axis: _Axis, y: float) -> list[str]:
+    """"before" and "after" under the steady-state probes' results."""
+    parts = []
+    for phase in ("before", "after"):
+        xs = [axis.x(m.t) for m in verifiers if m.phase == phase]
+        if xs:
+            parts.append(_text(sum(xs) / len(xs), y, phase, anchor="middle", size=11,
+                               fill=COLORS["axis"], weight="600", css="phase"))
     return parts
 
 
 def objectives_svg(objectives: list[Objective]) -> str:
-    """Each measurement as a bar against its objective (the dashed line at 100%)."""
-    row_h, top = 30, 12
-    height = top + row_h * max(len(objectives), 1) + 12
-    label_w = 230
-    bar_w = WIDTH - label_w - 180
+    """Each measurement on a row of its own, on its own axis in its unit from 0."""
+    row_h, top, label_w = 62, 8, 330
+    x0, x1 = label_w, WIDTH - 48
+    height = top + row_h * max(len(objectives), 1) + 4
     parts = [f'<svg role="img" class="chart objectives" '
              f'viewBox="0 0 {WIDTH} {height}" width="100%" '
              f'font-family="system-ui,-apple-system,Segoe UI,sans-serif">',
@@ -196,26 +228,49 @@ def objectives_svg(objectives: list[Objective]) -> str:
     if not objectives:
         parts.append(_text(12, top + 18, "no measurement with an objective in this run",
                            fill=COLORS["axis"]))
-    scale_max = max([1.25] + [o.measured / o.objective for o in objectives
-                              if o.objective]) if objectives else 1.25
     for i, objective in enumerate(objectives):
         y = top + i * row_h
-        parts.append(_text(label_w - 10, y + 16, objective.label, anchor="end"))
-        reference = objective.objective or max(objective.measured, 1e-9)
-        fraction = objective.measured / reference / scale_max
-        color = {True: COLORS["ok"], False: COLORS["down"], None: COLORS["verifier"]}[
-            objective.met]
-        parts.append(f'<rect class="objective" x="{label_w}" y="{y + 4}" '
-                     f'width="{max(fraction * bar_w, 2):.1f}" height="16" rx="3" '
-                     f'fill="{color}"/>')
-        if objective.objective:
-            xo = label_w + bar_w / scale_max
-            parts.append(f'<line x1="{xo:.1f}" y1="{y}" x2="{xo:.1f}" y2="{y + 24}" '
-                         f'stroke="#1d2330" stroke-dasharray="4 3"/>')
-            text = f"{objective.measured:g} {objective.unit} of {objective.objective:g} " \
-                   f"{objective.unit}"
-        else:
-            text = f"{objective.measured:g} {objective.unit} (no objective)"
-        parts.append(_text(label_w + bar_w + 12, y + 16, text, fill=COLORS["axis"]))
+        parts.append(f'<g class="measurement">{_objective_row(objective, y, x0, x1)}</g>')
     parts.append("</svg>")
+    return "".join(parts)
+
+
+def _objective_row(objective: Objective, y: float, x0: float, x1: float) -> str:
+    unit = objective.unit
+    reference = max(objective.measured, objective.objective or 0.0)
+    step = _nice_step(reference * 1.1 or 1.0, 5)
+    scale_end = math.ceil(reference * 1.1 / step) * step or step
+    def x(value: float) -> float:
+        return x0 + value / scale_end * (x1 - x0)
+
+    color = {True: COLORS["ok"], False: COLORS["down"], None: COLORS["verifier"]}[
+        objective.met]
+    bar_y, base_y = y + 22, y + 40
+    parts = [_text(x0 - 14, y + 26, objective.label, anchor="end", weight="600"),
+             _text(x0 - 14, y + 43, objective.verdict(), anchor="end", fill=color,
+                   weight="600" if objective.met is False else "normal", css="verdict")]
+    count = round(scale_end / step)
+    for k in range(count + 1):
+        tick = k * step
+        tx = x(tick)
+        parts.append(f'<line x1="{tx:.1f}" y1="{base_y}" x2="{tx:.1f}" y2="{base_y + 4}" '
+                     f'stroke="{COLORS["axis"]}"/>')
+        parts.append(_text(tx, base_y + 15, f"{number(tick)} {unit}" if k else "0",
+                           anchor="middle", size=10, fill=COLORS["axis"]))
+    parts.append(f'<line x1="{x0}" y1="{base_y}" x2="{x1:.1f}" y2="{base_y}" '
+                 f'stroke="{COLORS["axis"]}"/>')
+    end = x(objective.measured)
+    parts.append(f'<rect class="objective" x="{x0}" y="{bar_y}" '
+                 f'width="{max(end - x0, 2):.1f}" height="14" rx="2" fill="{color}"/>')
+    if objective.objective is not None:
+        xo = x(objective.objective)
+        label = f"objective {number(objective.objective)} {unit}"
+        anchor = "end" if xo > x1 - 6 * len(label) else "middle"
+        parts.append(f'<line class="objective-mark" x1="{xo:.1f}" y1="{y + 12}" '
+                     f'x2="{xo:.1f}" y2="{base_y + 4}" stroke="{COLORS["axis"]}" '
+                     f'stroke-width="2" stroke-dasharray="4 3"/>')
+        parts.append(_text(xo + (4 if anchor == "end" else 0), y + 10, label,
+                           anchor=anchor, size=10, fill=COLORS["axis"]))
+    parts.append(_text(max(end, x0 + 2) + 5, bar_y + 11, f"{number(objective.measured)} {unit}",
+                       size=11, fill=color, weight="600", halo=True, css="measured"))
     return "".join(parts)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gameday.report.timeline import verifier_phases
 from gameday.targets import gpu_label
 from gameday.words import plural
 
@@ -29,11 +30,13 @@ def _fmt_time(t: float | None, origin: float | None) -> str:
     return f"+{t - origin:.2f}s" if origin else f"{t:.2f}"
 
 
-def _verifier_row(result: dict[str, Any]) -> tuple[str, str, str]:
+def _verifier_row(result: dict[str, Any], phase: str) -> tuple[str, str, str]:
     m = result.get("measurement") or {}
     name = result.get("name") or result.get("verifier", "")
     if result.get("name") and result.get("verifier"):
         name = f"{result['name']} ({result['verifier']})"
+    if phase:
+        name = f"{phase}: {name}"
     verdict = {True: "PASS", False: "FAIL", None: "info"}[result.get("passed")]
     detail = result.get("reason") or ""
     if not detail:
@@ -46,7 +49,8 @@ def _verifier_row(result: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Rows of (what, verdict, detail) for a journal with its gameday section."""
+    """Rows of (what, verdict, detail) for a journal with its gameday section; a
+    steady-state probe's result is named with its check, "before: ..." or "after: ..."."""
     gd = journal.get("gameday") or {}
     rows: list[tuple[str, str, str]] = []
     states = journal.get("steady_states") or {}
@@ -57,7 +61,8 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
             probes = len(state.get("probes") or [])
             rows.append((f"steady state {phase}", "PASS" if met else "FAIL",
                          plural(probes, "probe")))
-    onset = min((f["applied_at"] for f in gd.get("faults") or []), default=None)
+    onset = min((f["applied_at"] for f in gd.get("faults") or [] if f.get("applied_at")),
+                default=None)
     for fault in gd.get("faults") or []:
         where = gpu_label(fault.get("node"), fault["target"]["gpu"]) if "gpu" in fault.get(
             "target", {}) else fault.get("node", "")
@@ -66,8 +71,9 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
                   f"applied {_fmt_time(fault.get('applied_at'), onset)} "
                   f"reverted {_fmt_time(reverted, onset)} ({fault.get('revert_reason') or '-'})")
         rows.append((f"fault {fault.get('kind')}", "ok" if reverted else "ACTIVE", detail))
-    for result in gd.get("verifiers") or []:
-        rows.append(_verifier_row(result))
+    results = gd.get("verifiers") or []
+    for result, phase in zip(results, verifier_phases(journal), strict=True):
+        rows.append(_verifier_row(result, phase))
     verdict = gd.get("verdict") or {}
     rows.append(("run", "PASSED" if verdict.get("passed") else str(verdict.get("status",
                                                                             "")).upper(),

@@ -2,9 +2,12 @@
 
 Times are seconds relative to the fault onset (the first fault's ``applied_at``, or the
 run's start when no fault was applied), so the charts read "+1.2 s after the fault".
+Steady-state probes appear in a journal's verifier results twice, once per check;
+``verifier_phases`` says which results are the "before" and which the "after" check.
 """
 
 import datetime
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +26,15 @@ class Window:
 
 @dataclass(frozen=True)
 class Marker:
-    """A point event on the timeline: kind is fault, alert, reshard, sli, verifier."""
+    """A point event on the timeline: kind is fault, alert, reshard, sli, verifier.
+
+    ``phase`` is "before" or "after" for a steady-state probe's result, else empty."""
 
     t: float
     kind: str
     label: str
     ok: bool | None = None
+    phase: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,23 @@ class Objective:
     def met(self) -> bool | None:
         return None if self.objective is None else self.measured <= self.objective
 
+    def verdict(self) -> str:
+        """"met", "missed by X unit", or "no objective", with the value as the chart shows it."""
+        if self.objective is None:
+            return "no objective"
+        if self.measured <= self.objective:
+            return "met"
+        return f"missed by {number(self.measured - self.objective)} {self.unit}"
+
+
+def number(value: float) -> str:
+    """``value`` to three significant digits, without an exponent or trailing zeros."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{round(value, digits):.{digits}f}"
+    return text.rstrip("0").rstrip(".") if digits else text
+
 
 @dataclass
 class Timeline:
@@ -58,6 +81,12 @@ class Timeline:
     slo_s: float | None = None
     markers: list[Marker] = field(default_factory=list)
     objectives: list[Objective] = field(default_factory=list)
+    faults_listed: int = 0
+
+    @property
+    def deadline(self) -> float | None:
+        """When recovery was due: the fault onset (0) plus the RTO objective."""
+        return None if self.slo_s is None or not self.windows else float(self.slo_s)
 
 
 def _epoch(value: Any) -> float | None:
@@ -78,10 +107,36 @@ def _gpu(fault: dict[str, Any]) -> str:
     return gpu_label(node, target["gpu"]) if "gpu" in target else node
 
 
+def _instant(value: Any) -> float | None:
+    return _epoch(value) if isinstance(value, str) else None
+
+
+def verifier_phases(journal: dict[str, Any]) -> list[str]:
+    """For each of ``gameday.verifiers``: "before" or "after" when it is a steady-state
+    probe's result (its name is one of that check's probes and it was recorded while the
+    check ran), else ""."""
+    checks: dict[str, tuple[set[str], float, float]] = {}
+    for phase, state in (journal.get("steady_states") or {}).items():
+        probes = [p for p in (state or {}).get("probes") or [] if isinstance(p, dict)]
+        starts = [t for p in probes if (t := _instant(p.get("start"))) is not None]
+        ends = [t for p in probes if (t := _instant(p.get("end"))) is not None]
+        if phase in ("before", "after") and starts and ends:
+            names = {str((p.get("activity") or {}).get("name")) for p in probes}
+            checks[phase] = (names, min(starts), max(ends))
+    phases = []
+    for result in (journal.get("gameday") or {}).get("verifiers") or []:
+        at = result.get("at")
+        phases.append(next((phase for phase, (names, first, last) in checks.items()
+                            if result.get("name") in names and isinstance(at, int | float)
+                            and first <= at <= last), ""))
+    return phases
+
+
 def build_timeline(journal: dict[str, Any]) -> Timeline:
     gd = journal.get("gameday") or {}
     faults = gd.get("faults") or []
     verifiers = gd.get("verifiers") or []
+    slo = (gd.get("extension") or {}).get("slo") or {}
     applied = [float(f["applied_at"]) for f in faults if f.get("applied_at")]
     start = _epoch(journal.get("start"))
     end = _epoch(journal.get("end"))
@@ -90,12 +145,13 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
     start = start if start is not None else min(instants, default=0.0)
     end = end if end is not None else max(instants, default=start)
     origin = min(applied) if applied else start
-    line = Timeline(origin=origin, start=start - origin, end=max(end, start) - origin)
+    line = Timeline(origin=origin, start=start - origin, end=max(end, start) - origin,
+                    slo_s=slo.get("rto_s"), faults_listed=len(faults))
 
     def rel(t: float) -> float:
         return t - origin
 
-    for fault in faults:
+    for fault in (f for f in faults if f.get("applied_at")):
         reverted = fault.get("reverted_at")
         line.windows.append(Window(
             f"{fault.get('kind')} on {_gpu(fault)} ({fault.get('injected_at')})",
@@ -103,8 +159,8 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
             rel(float(reverted)) if reverted else line.end, open_ended=not reverted))
         line.markers.append(Marker(rel(float(fault["applied_at"])), "fault",
                                    f"{fault.get('kind')} injected"))
-    for result in verifiers:
-        _fold_verifier(line, result, rel)
+    for result, phase in zip(verifiers, verifier_phases(journal), strict=True):
+        _fold_verifier(line, result, rel, phase)
     for event in gd.get("timeline") or []:
         if event.get("event") == "sli_down" and event.get("at"):
             line.markers.append(Marker(rel(float(event["at"])), "sli", "SLI down", False))
@@ -112,22 +168,23 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
     return line
 
 
-def _fold_verifier(line: Timeline, result: dict[str, Any], rel: Any) -> None:
+def _fold_verifier(line: Timeline, result: dict[str, Any], rel: Any, phase: str) -> None:
     m = result.get("measurement") or {}
     verifier = str(result.get("verifier") or "")
     name = str(result.get("name") or verifier)
     if result.get("at"):
         line.markers.append(Marker(rel(float(result["at"])), "verifier", name,
-                                   result.get("passed")))
+                                   result.get("passed"), phase))
     if "timeline" in m and isinstance(m["timeline"], list):
         line.sli = [(rel(float(t)), bool(ok)) for t, ok in m["timeline"]]
         line.sli_label = str(m.get("sli") or "SLI")
         if m.get("onset") is not None and m.get("recovered_at") is not None:
             line.rto = (rel(float(m["onset"])), rel(float(m["recovered_at"])))
         line.rto_s = m.get("rto_s")
-        line.slo_s = m.get("slo_s")
+        if m.get("slo_s") is not None:
+            line.slo_s = m["slo_s"]
         if m.get("rto_s") is not None:
-            line.objectives.append(Objective("RTO", float(m["rto_s"]), m.get("slo_s"), "s"))
+            line.objectives.append(Objective("RTO", float(m["rto_s"]), line.slo_s, "s"))
     if verifier.startswith("reshard."):
         detect = m.get("detect_event") or {}
         if m.get("detected_at"):
@@ -144,5 +201,6 @@ def _fold_verifier(line: Timeline, result: dict[str, Any], rel: Any) -> None:
                 slo = m.get(key.replace("time_to_", "").replace("_s", "_slo_s"))
                 line.objectives.append(Objective(label, float(m[key]), slo, "s"))
     if verifier == "steady.http_latency_ok" and isinstance(m.get("p99_ms"), int | float):
-        line.objectives.append(Objective(f"{name} p99", float(m["p99_ms"]),
+        when = f" ({phase})" if phase else ""
+        line.objectives.append(Objective(f"{name} p99{when}", float(m["p99_ms"]),
                                          m.get("bound_ms"), "ms"))

@@ -14,6 +14,7 @@ proxy on loopback, so nothing leaves the machine.
 
 import base64
 import contextlib
+import copy
 import json
 import os
 import re
@@ -229,9 +230,36 @@ def test_report_renders_charts_and_fetches_nothing(tmp_path: Path, browser: _Bro
     text = browser.evaluate("document.body.innerText")
     assert "RTO 1.20 s (SLO 20 s)" in text and "shard 0 → node-0/gpu3" in text
     assert "alert GpuDoubleBitEcc" in text and "GPU-hours lost" in text and "PASSED" in text
+    assert "SLO deadline +20 s" in text
+    assert "before: p99-latency-under-250ms (steady.http_latency_ok)" in text
+    assert "after: predictions-match-golden (prediction_hash.matches_golden)" in text
+    phases = browser.evaluate("[...document.querySelectorAll('svg.timeline text.phase')]"
+                              ".map(t => t.textContent)")
+    assert phases == ["before", "after"]
+    deadline = browser.evaluate("(() => { const r = document.querySelector("
+                                "'svg.timeline g.slo-deadline line').getBoundingClientRect();"
+                                " return [r.height, r.left - document.querySelector("
+                                "'svg.timeline').getBoundingClientRect().left]; })()")
+    assert deadline[0] > 150 and deadline[1] > width / 2, "a tall line, right of the onset"
+    rows = browser.evaluate("[...document.querySelectorAll('svg.objectives g.measurement')]"
+                            ".map(g => g.textContent)")
+    assert len(rows) == 5 and all("met" in row for row in rows[:2]), rows
+    assert "objective 20 s" in rows[1] and "1.2 s" in rows[1] and "20 s" in rows[1]
+    assert "p99 (before)" in rows[0] and "objective 250 ms" in rows[0]
+    assert "no objective" in rows[2]
     shot = tmp_path / "report.png"
     browser.screenshot(shot)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    quiet = copy.deepcopy(journal)
+    quiet["gameday"]["faults"] = []
+    no_fault = tmp_path / "no-fault.html"
+    no_fault.write_text(render_html(quiet, summarize(quiet, path="q.json", sha256="0" * 64)))
+    assert browser.open(no_fault.as_uri()) == [no_fault.as_uri()]
+    assert browser.evaluate("document.querySelector('svg.timeline') === null") is True
+    assert "No fault was applied in this run" in browser.evaluate("document.body.innerText")
+    assert browser.evaluate("document.querySelectorAll('svg.objectives g.measurement')"
+                            ".length") == 5
 
     control = tmp_path / "control.html"
     control.write_text("<!doctype html><p>control</p>"

@@ -38,10 +38,15 @@ def test_read_only_commands_create_no_file(tmp_path: Path) -> None:
     for command in (["validate", str(experiment)], ["faults"], ["faults", "--json"],
                     ["coverage", str(journals)], ["coverage", str(journals), "--format",
                                                   "json"],
-                    ["report", str(journals / "a.json"), "--format", "md"],
+                    ["report", str(journals / "a.json"), "--format", "md", "-o", "-"],
                     ["audit", "verify", str(journals)]):
         done = subprocess.run([GAMEDAY, *command], cwd=work, env=env, text=True,
                               capture_output=True, timeout=120)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         assert _files(work) == [], (command, _files(work))
     assert _files(inputs) == before
+    # asked for its page without -o, report writes that page next to the journal, only it
+    done = subprocess.run([GAMEDAY, "report", str(journals / "a.json"), "--format", "md"],
+                          cwd=work, env=env, text=True, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _files(work) == [] and (journals / "a.md").exists()

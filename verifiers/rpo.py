@@ -27,6 +27,7 @@ from verifiers._promql import prometheus_url_of
 from verifiers._results import fail, record
 from verifiers.checkpoints import durable_at, read_log_steps
 from verifiers.redis_streams import GroupBacklog, group_backlog
+from verifiers.sli import PROGRESS_CHANNEL, progress_spec
 
 __all__ = ["checkpoint_loss", "stream_loss"]
 
@@ -298,6 +299,26 @@ def _log_series(spec: Mapping[str, Any], name: str) -> Series:
     return Series({}, tuple((step.t, float(step.step)) for step in steps))
 
 
+def _recorded_progress(spec: Mapping[str, Any]) -> tuple[Series, float]:
+    """The run recorder's readings of the progress endpoint ``spec`` names, as a series,
+    and the channel's sampling interval (the resolution of each reading)."""
+    wanted = progress_spec(spec, "progress_http")
+    recorder = current().recorder
+    channel = None
+    if recorder is not None:
+        channel = next((c for c in recorder.channels if c.name == PROGRESS_CHANNEL
+                        and c.describe == wanted.describe()), None)
+    if recorder is None or channel is None:
+        raise GamedayError(
+            f"progress_http: the run's SLI recorder does not sample {wanted.url} "
+            f"({wanted.field}); give the gameday control sli: {{progress: {{url: "
+            f"{wanted.url}, field: {wanted.field}}}}} so progress is on the timeline "
+            f"from before the fault")
+    readings = recorder.readings(channel.name)
+    return Series({}, tuple((r.t, r.value) for r in readings if r.value is not None)), \
+        channel.interval_s
+
+
 def _verdict(lost: Bound, slo: float | None) -> bool | None:
     """True when even the most that could be lost meets ``slo``, False when even the
     least misses it, None when the verdict hangs on the unknown part."""
@@ -319,7 +340,8 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                     progress_log: dict[str, Any] | None = None, step_every: int = 1,
                     resumed_log: dict[str, Any] | None = None,
                     restart: str | None = None, restart_log: dict[str, Any] | None = None,
-                    checkpoints: str | None = None) -> dict[str, Any]:
+                    checkpoints: str | None = None,
+                    progress_http: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure the work a crash lost: progress at the fault minus progress resumed from,
     each from the most exact source given, each with its resolution.
 
@@ -328,7 +350,12 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     a logged step N means N steps done, one line every ``step_every`` steps): exact; or
     ``progress``, a PromQL expression (one series): the last value seen before the
     restart, so a bound — at most the steps the job makes at its pace before the fault
-    between that scrape and its death go unseen.
+    between that scrape and its death go unseen; or ``progress_http`` (``{"url": URL,
+    "field": JSON_PATH}``, the job's own HTTP/JSON progress endpoint, e.g. ``{"step":
+    123}``): read from the run's SLI recorder, which must sample the same endpoint
+    (the ``gameday`` control's ``sli: {progress: {url, field, interval_s}}``), so a
+    bound the same way with the recorder's ``interval_s`` as the resolution (instead of
+    ``resolution_s``); a reading that fails is the job being absent.
 
     Durable progress at the fault: ``checkpoints``, the checkpoint store's directory
     (``verifiers.checkpoints``: DCP ``.metadata``, ``checkpoint-N``, ``step=N.ckpt``,
@@ -374,9 +401,12 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                 step_every < 1:
             raise GamedayError("need timeout_s, interval_s, resolution_s, gap_s and "
                                "lookback_s > 0 and step_every >= 1")
-        if progress_log is None and progress is None:
-            raise GamedayError("needs progress (PromQL) or progress_log")
-        if any(query for query in (progress if progress_log is None else None, durable
+        if progress_log is None and progress is None and progress_http is None:
+            raise GamedayError("needs progress (PromQL), progress_log or progress_http")
+        if progress_http is not None and progress_log is None:
+            _, resolution_s = _recorded_progress(progress_http)
+        taken = progress_log is not None or progress_http is not None
+        if any(query for query in (None if taken else progress, durable
                                    if checkpoints is None else None,
                                    resumed if resumed_log is None else None, restart)):
             client = PromQL(prometheus_url_of(prometheus_url))
@@ -389,7 +419,9 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                        + (f" of kind {fault_kind}" if fault_kind else "")
                        + " was applied in this session", measurement)
     sources = {
-        "progress": "job log" if progress_log else f"PromQL every {resolution_s:g} s",
+        "progress": ("job log" if progress_log else
+                     f"HTTP endpoint every {resolution_s:g} s (the run's recorder)"
+                     if progress_http else f"PromQL every {resolution_s:g} s"),
         "durable": ("checkpoint store" if checkpoints else "PromQL" if durable else "none"),
         "resumed": ("job log" if resumed_log else "PromQL" if resumed else
                     "checkpoint store (newest complete at the restart)" if checkpoints
@@ -417,6 +449,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                 return _one_series(client, query, start, end, resolution_s, name)
 
             last = (_log_series(progress_log, "progress_log") if progress_log
+                    else _recorded_progress(progress_http)[0] if progress_http
                     else ranged(progress, "progress"))
             restarts: list[tuple[float, str]] = []
             changed = changed_after(ranged(restart, "restart"), onset)

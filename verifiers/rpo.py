@@ -17,7 +17,7 @@ Both record a typed result in the run session and fail with one line when the ob
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.engine.session import current
@@ -27,6 +27,7 @@ from verifiers._promql import prometheus_url_of
 from verifiers._results import fail, record
 from verifiers.checkpoints import durable_at, read_log_steps
 from verifiers.redis_streams import GroupBacklog, group_backlog
+from verifiers.sli import PROGRESS_CHANNEL, progress_spec
 
 __all__ = ["checkpoint_loss", "stream_loss"]
 
@@ -298,6 +299,26 @@ def _log_series(spec: Mapping[str, Any], name: str) -> Series:
     return Series({}, tuple((step.t, float(step.step)) for step in steps))
 
 
+def _recorded_progress(spec: Mapping[str, Any]) -> tuple[Series, float]:
+    """The run recorder's readings of the progress endpoint ``spec`` names, as a series,
+    and the channel's sampling interval (the resolution of each reading)."""
+    wanted = progress_spec(spec, "progress_http")
+    recorder = current().recorder
+    channel = None
+    if recorder is not None:
+        channel = next((c for c in recorder.channels if c.name == PROGRESS_CHANNEL
+                        and c.describe == wanted.describe()), None)
+    if recorder is None or channel is None:
+        raise GamedayError(
+            f"progress_http: the run's SLI recorder does not sample {wanted.url} "
+            f"({wanted.field}); give the gameday control sli: {{progress: {{url: "
+            f"{wanted.url}, field: {wanted.field}}}}} so progress is on the timeline "
+            f"from before the fault")
+    readings = recorder.readings(channel.name)
+    return Series({}, tuple((r.t, r.value) for r in readings if r.value is not None)), \
+        channel.interval_s
+
+
 def _verdict(lost: Bound, slo: float | None) -> bool | None:
     """True when even the most that could be lost meets ``slo``, False when even the
     least misses it, None when the verdict hangs on the unknown part."""
@@ -319,7 +340,8 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                     progress_log: dict[str, Any] | None = None, step_every: int = 1,
                     resumed_log: dict[str, Any] | None = None,
                     restart: str | None = None, restart_log: dict[str, Any] | None = None,
-                    checkpoints: str | None = None) -> dict[str, Any]:
+                    checkpoints: str | None = None,
+                    progress_http: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure the work a crash lost: progress at the fault minus progress resumed from,
     each from the most exact source given, each with its resolution.
 
@@ -328,7 +350,12 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     a logged step N means N steps done, one line every ``step_every`` steps): exact; or
     ``progress``, a PromQL expression (one series): the last value seen before the
     restart, so a bound — at most the steps the job makes at its pace before the fault
-    between that scrape and its death go unseen.
+    between that scrape and its death go unseen; or ``progress_http`` (``{"url": URL,
+    "field": JSON_PATH}``, the job's own HTTP/JSON progress endpoint, e.g. ``{"step":
+    123}``): read from the run's SLI recorder, which must sample the same endpoint
+    (the ``gameday`` control's ``sli: {progress: {url, field, interval_s}}``), so a
+    bound the same way with the recorder's ``interval_s`` as the resolution (instead of
+    ``resolution_s``); a reading that fails is the job being absent.
 
     Durable progress at the fault: ``checkpoints``, the checkpoint store's directory
     (``verifiers.checkpoints``: DCP ``.metadata``, ``checkpoint-N``, ``step=N.ckpt``,
@@ -374,9 +401,12 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                 step_every < 1:
             raise GamedayError("need timeout_s, interval_s, resolution_s, gap_s and "
                                "lookback_s > 0 and step_every >= 1")
-        if progress_log is None and progress is None:
-            raise GamedayError("needs progress (PromQL) or progress_log")
-        if any(query for query in (progress if progress_log is None else None, durable
+        if progress_log is None and progress is None and progress_http is None:
+            raise GamedayError("needs progress (PromQL), progress_log or progress_http")
+        if progress_http is not None and progress_log is None:
+            _, resolution_s = _recorded_progress(progress_http)
+        taken = progress_log is not None or progress_http is not None
+        if any(query for query in (None if taken else progress, durable
                                    if checkpoints is None else None,
                                    resumed if resumed_log is None else None, restart)):
             client = PromQL(prometheus_url_of(prometheus_url))
@@ -389,7 +419,9 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                        + (f" of kind {fault_kind}" if fault_kind else "")
                        + " was applied in this session", measurement)
     sources = {
-        "progress": "job log" if progress_log else f"PromQL every {resolution_s:g} s",
+        "progress": ("job log" if progress_log else
+                     f"HTTP endpoint every {resolution_s:g} s (the run's recorder)"
+                     if progress_http else f"PromQL every {resolution_s:g} s"),
         "durable": ("checkpoint store" if checkpoints else "PromQL" if durable else "none"),
         "resumed": ("job log" if resumed_log else "PromQL" if resumed else
                     "checkpoint store (newest complete at the restart)" if checkpoints
@@ -417,6 +449,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                 return _one_series(client, query, start, end, resolution_s, name)
 
             last = (_log_series(progress_log, "progress_log") if progress_log
+                    else _recorded_progress(progress_http)[0] if progress_http
                     else ranged(progress, "progress"))
             restarts: list[tuple[float, str]] = []
             changed = changed_after(ranged(restart, "restart"), onset)
@@ -492,27 +525,67 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
 
 @dataclass(frozen=True)
 class StreamLoss:
-    """Offsets a fault lost: accepted at the fault minus committed after it, per series."""
+    """Offsets a fault lost: accepted at the fault minus committed after it, per series,
+    with the resolution the accepted offsets' scrape interval gives."""
 
     onset: float
     settled_at: float
-    lost: float
+    lost: Bound
+    resolution_s: float | None  # the accepted series' scrape interval; None: unknown
     per_series: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"onset": self.onset, "settled_at": self.settled_at,
+                "lost": self.lost.middle, "lost_min": self.lost.low,
+                "lost_max": self.lost.high, "exact": self.lost.exact,
+                "resolution_s": self.resolution_s, "per_series": list(self.per_series)}
 
 
-def _stream_verdict(lost: float, slo: float | None, detail: str,
+def _verdict_name(met: bool | None, slo: float | None) -> str:
+    return ("no objective" if slo is None else "met" if met else "missed" if met is False
+            else "inconclusive")
+
+
+def _stream_verdict(lost: Bound, slo: float | None, detail: str,
                     measurement: dict[str, Any]) -> None:
-    """Fail when ``lost`` misses ``slo``, else record the result."""
+    """Fail when ``lost`` misses ``slo`` or the verdict hangs on its unknown part
+    (inconclusive), else record the result."""
     verifier = "rpo.stream_loss"
-    if slo is not None and lost > slo:
-        fail(verifier, f"stream lost {_number(lost)} messages > slo {slo:g} (missed by "
-                       f"{_number(lost - slo)}; {detail})", measurement)
+    met = _verdict(lost, slo)
+    if slo is not None and met is None:
+        fail(verifier, f"inconclusive: stream lost {lost.text()} messages against slo "
+                       f"{slo:g}; the verdict hangs on the unknown part ({detail})",
+             measurement)
+    if slo is not None and met is False:
+        fail(verifier, f"stream lost {lost.text()} messages > slo {slo:g} (missed by "
+                       f"{_number(lost.low - slo)}; {detail})", measurement)
     bound = f" <= slo {slo:g}" if slo is not None else " (no slo)"
-    record(verifier, None if slo is None else True, measurement,
-           f"stream lost {_number(lost)} messages{bound} ({detail})")
+    record(verifier, met, measurement,
+           f"stream lost {lost.text()} messages{bound} ({detail})")
+
+
+def scrape_interval(samples: Sequence[tuple[float, float]]) -> float | None:
+    """The scrape interval of a series read from range samples: the median spacing
+    between the instants its value changed (a range query repeats each scraped value
+    until the next scrape); None with fewer than two changes."""
+    changes = _changes(samples)[1:]
+    spacings = sorted(b[0] - a[0] for a, b in itertools.pairwise(changes))
+    return spacings[len(spacings) // 2] if spacings else None
+
+
+def accepted_at(samples: Sequence[tuple[float, float]], onset: float,
+                interval_s: float | None) -> Bound | None:
+    """The offset accepted at ``onset`` from a monotone series' range samples: at least
+    the last scraped value at the onset, at most the value of the first scrape after it
+    (the value once a scrape interval has passed; with no interval known, the latest);
+    None when the series had no value at the onset."""
+    before = [value for t, value in samples if t <= onset]
+    if not before:
+        return None
+    after = [value for t, value in samples if t > onset]
+    if interval_s is not None:
+        after = [value for t, value in samples if t <= onset + interval_s] or after
+    return Bound(before[-1], max(before[-1], after[-1] if after else before[-1]))
 
 
 def _redis_stream_loss(spec: Mapping[str, Any], slo: float | None, *, fault_kind: str | None,
@@ -546,11 +619,13 @@ def _redis_stream_loss(spec: Mapping[str, Any], slo: float | None, *, fault_kind
               "accepted": backlog.added, "committed": backlog.added - backlog.unacknowledged,
               "pending": backlog.pending, "undelivered": backlog.undelivered,
               "resolution_s": 0.001, "slo_messages": slo,
-              "met": None if slo is None else lost <= slo}
+              "met": _verdict(Bound(lost, lost), slo),
+              "verdict": _verdict_name(_verdict(Bound(lost, lost), slo), slo)}
     measurement.update(result)
-    _stream_verdict(lost, slo, f"{backlog.stream}/{backlog.group}: {backlog.added} added by "
-                    f"the fault, {backlog.pending} pending, {backlog.undelivered} never "
-                    f"delivered", measurement)
+    _stream_verdict(Bound(lost, lost), slo,
+                    f"{backlog.stream}/{backlog.group}: {backlog.added} added by the fault, "
+                    f"{backlog.pending} pending, {backlog.undelivered} never delivered",
+                    measurement)
     return result
 
 
@@ -565,7 +640,8 @@ def stream_loss(accepted: str | None = None, committed: str | None = None,
                 slo_messages: float | None = None, on: list[str] | None = None,
                 fault_kind: str | None = None, settle_s: float = 5.0,
                 timeout_s: float = 60.0, interval_s: float = 0.5,
-                redis: dict[str, Any] | None = None) -> dict[str, Any]:
+                redis: dict[str, Any] | None = None,
+                lookback_s: float = 30.0) -> dict[str, Any]:
     """Measure the messages a fault lost: offsets accepted at the fault minus committed.
 
     From a Redis Streams consumer group, ``redis: {"url": "redis://HOST:PORT/DB",
@@ -580,16 +656,22 @@ def stream_loss(accepted: str | None = None, committed: str | None = None,
     joined on their labels (``on``: only these labels; default all but the name).
 
     ``accepted`` is read at the fault onset (the run's most recent fault, or the most
-    recent of kind ``fault_kind``); ``committed`` is then read every ``interval_s`` until
-    every series reaches its accepted offset or stops moving for ``settle_s`` seconds
-    (or ``timeout_s`` passes). Lost = the sum over series of ``accepted - committed``
-    where positive. The objective is ``slo_messages`` (default: the experiment's
-    ``slo.rpo_steps``).
+    recent of kind ``fault_kind``) from its scrapes: at least the last value scraped
+    before the onset, at most the value of the first scrape after it, the scrape
+    interval (``resolution_s``) read from the spacing of the series' changes over
+    ``lookback_s`` before the fault. ``committed`` is then read every ``interval_s``
+    until every series reaches its accepted offset or stops moving for ``settle_s``
+    seconds (or ``timeout_s`` passes). Lost = the sum over series of ``accepted -
+    committed`` where positive, a bound ``[lost_min, lost_max]``. The objective is
+    ``slo_messages`` (default: the experiment's ``slo.rpo_steps``): met when even
+    ``lost_max`` meets it, missed when even ``lost_min`` misses it, else
+    ``inconclusive`` (a failure with the reason).
 
-    Returns ``{"onset", "settled_at", "lost", "per_series": [{"series", "accepted",
-    "committed", "lost"}], "slo_messages", "met"}``; raises ``ActivityFailed`` with one
-    line, e.g. ``stream lost 120 messages > slo 0 (missed by 120; partition="3" lost
-    120)``.
+    Returns ``{"onset", "settled_at", "lost", "lost_min", "lost_max", "exact",
+    "resolution_s", "per_series": [{"series", "accepted", "accepted_max", "committed",
+    "lost", "lost_max"}], "slo_messages", "met", "verdict"}``; raises ``ActivityFailed``
+    with one line, e.g. ``stream lost 120 messages > slo 0 (missed by 120;
+    {partition="3"} lost 120; accepted scraped every 1 s)``.
     """
     verifier = "rpo.stream_loss"
     session = current()
@@ -602,8 +684,8 @@ def stream_loss(accepted: str | None = None, committed: str | None = None,
     try:
         if accepted is None or committed is None:
             raise GamedayError("needs accepted and committed (PromQL), or redis")
-        if min(timeout_s, interval_s) <= 0 or settle_s < 0:
-            raise GamedayError("need timeout_s, interval_s > 0 and settle_s >= 0")
+        if min(timeout_s, interval_s, lookback_s) <= 0 or settle_s < 0:
+            raise GamedayError("need timeout_s, interval_s, lookback_s > 0 and settle_s >= 0")
         client = PromQL(prometheus_url_of(prometheus_url))
     except GamedayError as exc:
         fail(verifier, f"stream_loss: {exc}", measurement)
@@ -613,44 +695,73 @@ def stream_loss(accepted: str | None = None, committed: str | None = None,
         fail(verifier, "stream_loss needs a fault onset: no fault was applied in this "
                        "session", measurement)
     clock = session.clock
+    step_s = 0.1
     try:
-        at_fault = {_join_key(dict(labels), on): value
-                    for labels, value in client.instant(accepted, at=onset)}
+        # (at least a few scrapes before the onset, to read the scrape interval)
+        seen = {_join_key(dict(one.labels), on): one.samples for one in client.range(
+            accepted, onset - lookback_s, max(onset, clock.now()), step_s)}
     except GamedayError as exc:
         fail(verifier, f"stream_loss: {exc}", measurement)
-    if not at_fault:
+    if not any(t <= onset for samples in seen.values() for t, _ in samples):
         fail(verifier, f"stream_loss: accepted {accepted!r} had no series at the fault",
              measurement)
+    at_onset = {key: [value for t, value in samples if t <= onset][-1]
+                for key, samples in seen.items() if samples and samples[0][0] <= onset}
+    intervals = [found for found in map(scrape_interval, seen.values()) if found is not None]
+    interval = max(intervals) if intervals else None
+    # the first scrape after the onset shows at the latest by then (jitter allowed)
+    horizon = onset + (1.5 * interval + step_s if interval is not None else settle_s)
     deadline = clock.monotonic() + timeout_s
-    previous: dict[str, float] | None = None
-    still_since = clock.monotonic()
+    last_committed: dict[str, float] = {}
+    still_since: dict[str, float] = {}
+    started = clock.monotonic()  # (a series with no committed offset is still since then)
     while True:
         try:
             now_committed = {_join_key(dict(labels), on): value
                              for labels, value in client.instant(committed)}
         except GamedayError as exc:
             fail(verifier, f"stream_loss: {exc}", measurement)
-        caught_up = all(now_committed.get(key, float("-inf")) >= value
-                        for key, value in at_fault.items())
-        if now_committed != previous:
-            previous, still_since = now_committed, clock.monotonic()
-        settled = previous is not None and clock.monotonic() - still_since >= settle_s
-        if caught_up or settled or clock.monotonic() >= deadline:
+        now = clock.monotonic()
+        for key, value in now_committed.items():
+            if last_committed.get(key) != value:
+                last_committed[key], still_since[key] = value, now
+        # each series reached its accepted offset, or stopped moving for settle_s
+        settled = all(now_committed.get(key, float("-inf")) >= value or
+                      now - still_since.get(key, started) >= settle_s
+                      for key, value in at_onset.items())
+        if now >= deadline or (settled and clock.now() >= horizon):
             break
         clock.sleep(interval_s)
+    try:
+        seen = {_join_key(dict(one.labels), on): one.samples for one in client.range(
+            accepted, onset - lookback_s, clock.now(), step_s)}
+    except GamedayError as exc:
+        fail(verifier, f"stream_loss: {exc}", measurement)
     per_series: list[dict[str, Any]] = []
-    for key, value in sorted(at_fault.items()):
+    for key, samples in sorted(seen.items()):
+        bound = accepted_at(samples, onset, None if interval is None else
+                            horizon - onset)
+        if bound is None:
+            continue  # (a series that appeared after the fault accepted nothing before it)
         got = now_committed.get(key)
-        lost = value if got is None else max(0.0, value - got)
-        per_series.append({"series": key, "accepted": value, "committed": got, "lost": lost})
+        lost = Bound(bound.low if got is None else max(0.0, bound.low - got),
+                     bound.high if got is None else max(0.0, bound.high - got))
+        per_series.append({"series": key, "accepted": bound.low,
+                           "accepted_max": bound.high, "committed": got,
+                           "lost": lost.low, "lost_max": lost.high})
     loss = StreamLoss(onset=onset, settled_at=clock.now(),
-                      lost=float(sum(item["lost"] for item in per_series)),
-                      per_series=per_series)
-    met = None if slo is None else loss.lost <= slo
-    result = {**loss.to_json(), "slo_messages": slo, "met": met}
+                      lost=Bound(float(sum(item["lost"] for item in per_series)),
+                                 float(sum(item["lost_max"] for item in per_series))),
+                      resolution_s=interval, per_series=per_series)
+    met = _verdict(loss.lost, slo)
+    result = {**loss.to_json(), "slo_messages": slo, "met": met,
+              "verdict": _verdict_name(met, slo)}
     measurement.update(result)
-    worst = max(per_series, key=lambda item: item["lost"])
-    detail = (f"{worst['series']} lost {_number(worst['lost'])}" if loss.lost else
-              f"over {len(per_series)} series")
+    worst = max(per_series, key=lambda item: (item["lost"], item["lost_max"]))
+    worst_lost = Bound(worst["lost"], worst["lost_max"])
+    scrapes = (f"accepted scraped every {interval:g} s" if interval is not None else
+               "accepted's scrape interval unknown")
+    detail = (f"{worst['series']} lost {worst_lost.text()}; {scrapes}" if loss.lost.high
+              else f"over {len(per_series)} series; {scrapes}")
     _stream_verdict(loss.lost, slo, detail, measurement)
     return result

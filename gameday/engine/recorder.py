@@ -2,9 +2,11 @@
 
 A :class:`Recorder` runs one background thread per :class:`Channel` (a named sampler
 and its cadence, e.g. an HTTP probe of the service every 100 ms, a PromQL expression
-every 500 ms). Each reading is kept as a :class:`Reading` ``(t, ok, latency_s, error)``
-stamped when the sample started. Ticks are scheduled from the start, so a slow sample
-does not shift later ones (a tick missed while a sample ran is skipped).
+every 500 ms, a job's progress endpoint). Each reading is kept as a :class:`Reading`
+``(t, ok, latency_s, error, value)`` stamped when the sample started; ``value`` is the
+number a value channel read (e.g. a training step), None for pass/fail channels.
+Ticks are scheduled from the start, so a slow sample does not shift later ones (a tick
+missed while a sample ran is skipped).
 
 The run session owns one recorder (started by the ``gameday`` control before the
 method, when the control is given an ``sli``; stopped when the session closes); the
@@ -35,6 +37,7 @@ class Reading:
     ok: bool
     latency_s: float = 0.0
     error: str = ""
+    value: float | None = None
 
     def to_json(self) -> list[Any]:
         point: list[Any] = [round(self.t, 3), self.ok, round(self.latency_s * 1000.0, 1)]
@@ -43,18 +46,22 @@ class Reading:
         return point
 
 
-#: A sampler answers ``(ok, error)``; the recorder stamps the time and latency.
-Sampler = Callable[[], tuple[bool, str]]
+#: A sampler answers ``(ok, error)``, or ``(ok, error, value)`` for a value channel; the
+#: recorder stamps the time and latency.
+Sampler = Callable[[], tuple[bool, str] | tuple[bool, str, float | None]]
 
 
 @dataclass
 class Channel:
-    """A named indicator, sampled every ``interval_s`` seconds."""
+    """A named indicator, sampled every ``interval_s`` seconds; ``gates``: whether its
+    readings count in the :meth:`Recorder.combined` timeline (a value channel such as a
+    job's progress is a measurement, not the service's health)."""
 
     name: str
     describe: str
     sampler: Sampler
     interval_s: float = 0.1
+    gates: bool = True
     readings: list[Reading] = field(default_factory=list)
 
 
@@ -83,11 +90,16 @@ class Recorder:
         """Sample ``channel`` once now and keep the reading."""
         t = self.clock.now()
         began = self.clock.monotonic()
+        value: float | None = None
         try:
-            ok, error = channel.sampler()
+            answer = channel.sampler()
+            ok, error = answer[0], answer[1]
+            if len(answer) == 3:
+                value = answer[2]
         except Exception as exc:  # a sampler must never kill the recorder
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        reading = Reading(t, ok, max(0.0, self.clock.monotonic() - began), error[:200])
+        reading = Reading(t, ok, max(0.0, self.clock.monotonic() - began), error[:200],
+                          value)
         with self._lock:
             previous = channel.readings[-1] if channel.readings else None
             channel.readings.append(reading)
@@ -156,9 +168,10 @@ class Recorder:
 
     def combined(self) -> list[Reading]:
         """The SLI timeline: the first channel's readings, each OK only if every other
-        channel's latest reading at that time was OK too (none yet counts as OK)."""
+        gating channel's latest reading at that time was OK too (none yet counts as OK)."""
         base = self.readings()
-        others = [self.readings(c.name) for c in self.channels[1:]]
+        gating = [c for c in self.channels[1:] if c.gates]
+        others = [self.readings(c.name) for c in gating]
         if not others:
             return base
         merged = []
@@ -173,16 +186,23 @@ class Recorder:
                 other = latest[index]
                 if other is not None and not other.ok:
                     ok = False
-                    error = error or f"{self.channels[index + 1].name}: {other.error}"
+                    error = error or f"{gating[index].name}: {other.error}"
             merged.append(Reading(reading.t, ok, reading.latency_s, error))
         return merged
 
     def to_json(self) -> dict[str, Any]:
         """The journal's ``gameday.sli`` section: each channel and its samples
-        (``[t, ok, latency_ms, error?]``)."""
+        (``[t, ok, latency_ms, error?]``) and, for a value channel, its values
+        (``[t, value]`` of each reading that read one)."""
         with self._lock:
+            channels = []
+            for c in self.channels:
+                entry: dict[str, Any] = {"name": c.name, "sli": c.describe,
+                                         "interval_s": c.interval_s,
+                                         "samples": [r.to_json() for r in c.readings]}
+                values = [[round(r.t, 3), r.value] for r in c.readings if r.value is not None]
+                if values:
+                    entry["values"] = values
+                channels.append(entry)
             return {"started_at": self.started_at, "stopped_at": self.stopped_at,
-                    "channels": [{"name": c.name, "sli": c.describe,
-                                  "interval_s": c.interval_s,
-                                  "samples": [r.to_json() for r in c.readings]}
-                                 for c in self.channels]}
+                    "channels": channels}

@@ -239,12 +239,107 @@ def test_stream_loss_against_a_real_prometheus(prometheus: PrometheusUnderTest) 
                     committed="max by (partition) (group_committed_offset)",
                     prometheus_url=prometheus.url, slo_messages=0, settle_s=1.5,
                     timeout_s=15, interval_s=0.3)
-    assert str(caught.value) == ('stream lost 30 messages > slo 0 (missed by 30; '
-                                 '{partition="1"} lost 30)')
+    # (offsets that never moved before the fault give no scrape interval: the 500 may
+    # have been accepted before the fault, for all the scrapes can tell)
+    assert str(caught.value) == ('stream lost 30 to 430 messages > slo 0 (missed by 30; '
+                                 '{partition="1"} lost 30; accepted\'s scrape interval '
+                                 'unknown)')
     result = only_result(session).measurement
-    assert [(s["series"], s["lost"]) for s in result["per_series"]] == [
-        ('{partition="0"}', 0), ('{partition="1"}', 30)]
+    assert [(s["series"], s["lost"], s["lost_max"]) for s in result["per_series"]] == [
+        ('{partition="0"}', 0, 400), ('{partition="1"}', 30, 30)]
+    assert result["resolution_s"] is None and result["verdict"] == "missed"
     deactivate()
+
+
+class KafkaExporterStandIn:
+    """Kafka exporter series (``kafka_topic_partition_current_offset``,
+    ``kafka_consumergroup_current_offset``) on the Prometheus exporter, moved by a real
+    producer thread (20 offsets/s per partition) and a consumer committing 10 behind;
+    ``fault()`` freezes partition 1's consumer 30 offsets behind what was accepted at
+    that instant, for good, and returns that ground truth. Kafka itself is not
+    installed here; the series names and labels are the kafka_exporter's."""
+
+    def __init__(self, prometheus: PrometheusUnderTest) -> None:
+        self.accepted = Gauge("kafka_topic_partition_current_offset", "log end offset",
+                              ["topic", "partition"], registry=prometheus.registry)
+        self.committed = Gauge("kafka_consumergroup_current_offset", "committed",
+                               ["consumergroup", "topic", "partition"],
+                               registry=prometheus.registry)
+        self.offsets = {"0": 1000, "1": 5000}
+        self.frozen: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            with self._lock:
+                for partition in self.offsets:
+                    self.offsets[partition] += 1
+                    self.accepted.labels(topic="orders", partition=partition).set(
+                        self.offsets[partition])
+                    committed = self.frozen.get(partition, self.offsets[partition] - 10)
+                    self.committed.labels(consumergroup="billing", topic="orders",
+                                          partition=partition).set(committed)
+
+    def fault(self) -> int:
+        with self._lock:
+            self.frozen["1"] = self.offsets["1"] - 30
+            return 30
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def test_stream_loss_through_kafka_exporter_series_states_its_resolution(
+        prometheus: PrometheusUnderTest) -> None:
+    exporter = KafkaExporterStandIn(prometheus)
+    accepted = 'max by (partition) (kafka_topic_partition_current_offset{topic="orders"})'
+    committed = ('max by (partition) (kafka_consumergroup_current_offset{topic="orders",'
+                 'consumergroup="billing"})')
+    try:
+        wait_until(lambda: len(prometheus.query(
+            "count_over_time(kafka_topic_partition_current_offset[30s]) >= 4")) == 2, 30,
+            "four scrapes of the offsets", every_s=0.2)
+        session = new_session()
+        record_fault(session, kind="process.kill")
+        truth = exporter.fault()
+        result = stream_loss(accepted=accepted, committed=committed,
+                             prometheus_url=prometheus.url, settle_s=1.5, timeout_s=20,
+                             interval_s=0.3)
+        assert result["lost_min"] <= truth <= result["lost_max"]
+        assert 0.8 <= result["resolution_s"] <= 1.3  # the fixture scrapes every 1 s
+        assert result["exact"] is (result["lost_min"] == result["lost_max"])
+        assert result["verdict"] == "no objective"
+        low, high = result["lost_min"], result["lost_max"]
+        print(f"truth {truth}; measured {low:g} to {high:g}, resolution "
+              f"{result['resolution_s']:g} s")
+        deactivate()
+        for slo, verdict in ((low - 1, "missed"), (high, "met"),
+                             ((low + high) / 2, "inconclusive")):
+            if verdict == "inconclusive" and low == high:
+                continue
+            session = new_session()
+            record_fault(session, kind="process.kill", applied_at=result["onset"])
+            if verdict == "met":
+                stream_loss(accepted=accepted, committed=committed,
+                            prometheus_url=prometheus.url, slo_messages=slo, settle_s=1.0,
+                            timeout_s=10)
+            else:
+                with pytest.raises(ActivityFailed) as caught:
+                    stream_loss(accepted=accepted, committed=committed,
+                                prometheus_url=prometheus.url, slo_messages=slo,
+                                settle_s=1.0, timeout_s=10)
+                start = ("stream lost" if verdict == "missed" else "inconclusive: stream lost")
+                assert str(caught.value).startswith(f"{start} {low:g} to {high:g} messages ")
+                assert "accepted scraped every " in str(caught.value)
+            assert only_result(session).measurement["verdict"] == verdict
+            deactivate()
+    finally:
+        exporter.close()
+        deactivate()
 
 
 def test_promql_errors_are_one_line(prometheus: PrometheusUnderTest) -> None:

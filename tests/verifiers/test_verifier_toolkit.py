@@ -108,7 +108,8 @@ def test_a_run_measures_and_then_deviates_on_wrong_answers(model: ModelServer,
         fault, rto, reshard = (run["output"] for run in journal["run"])
         assert rto["onset"] == fault["applied_at"]
         assert rto["met"] is True and rto["detected_at"] is not None
-        assert 0.5 <= rto["rto_s"] < 2.0
+        # the outage lasted 0.5 s; the estimate is good to its stated resolution
+        assert 0.5 - rto["rto_resolution_s"] <= rto["rto_s"] < 2.0
         assert reshard["time_to_reshard_s"] == 0.4
         assert [r.verifier for r in session.results] == [
             "steady.http_latency_ok", "prediction_hash.matches_golden",

@@ -4,6 +4,7 @@ workers with the same command line, told apart by their environment (``RANK``,
 signalled."""
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from gameday.experiment.extension import Extension
 from gameday.targets.base import host_target
 from tests.agent.agent_marker import REPO, kill, read_url, run_agent
 
-TOKEN = "selector-token-7"
+TOKEN = secrets.token_hex(32)
 WORKER = "import time; time.sleep(120)"
 PARENT = ("import os, subprocess, sys, time\n"
           "kids = [subprocess.Popen([sys.executable, '-c', sys.argv[1]], env={**os.environ, "
@@ -32,10 +33,13 @@ PARENT = ("import os, subprocess, sys, time\n"
 def session(tmp_path: Path) -> Iterator[Session]:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    policy = tmp_path / "policy.yaml"  # the host backend refuses everything without one
+    policy.write_text("kinds: [process.kill, process.pause]\nprocesses: {cmdline: ['time']}\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     agent = run_agent(["--backend", "host", "--listen", "127.0.0.1:0", "--token-file",
                        str(token), "--state-dir", str(tmp_path / "state"), "--node",
-                       "host-0"], env, tmp_path / "agent.stderr")
+                       "host-0", "--policy", str(policy)], env, tmp_path / "agent.stderr")
     try:
         url = read_url(agent, timeout_s=30)
         target = host_target({"agent_url": url, "agent_token": TOKEN})

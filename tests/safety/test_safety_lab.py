@@ -228,5 +228,5 @@ def test_planted_secrets_stay_out_and_signed_journal_verifies(tmp_path: Path,
             assert secret not in text, f"a planted secret reached {where}"
     verify = gameday(["audit", "verify", str(journals), "--public-key", f"{key}.pub"], env)
     assert verify.returncode == 0 and verify.stdout.strip() == (
-        "audit: OK: 1 journals, chain intact, 1 signed"), verify.stdout
+        "audit: OK: 1 journal, chain intact, 1 signed"), verify.stdout
     assert active_faults(lab_dir) == []

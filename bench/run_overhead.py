@@ -42,13 +42,12 @@ def main() -> None:
         path.write_text(yaml.safe_dump(EXPERIMENT))
         env = dict(os.environ, PYTHONPATH=str(REPO), GAMEDAY_HOME=f"{tmp}/home",
                    GAMEDAY_JOURNALS=f"{tmp}/journals")
-        ours_argv = [str(BIN / "gameday"), "run", str(path), "--journal-path", f"{tmp}/g.json"]
-        theirs_argv = [str(BIN / "chaos"), "--no-version-check", "run", str(path),
-                       "--journal-path", f"{tmp}/c.json"]
         ours, theirs = [], []
-        for _ in range(args.runs):
-            ours.append(timed(ours_argv, env))
-            theirs.append(timed(theirs_argv, env))
+        for n in range(args.runs):  # a journal is never written over: a new path each run
+            ours.append(timed([str(BIN / "gameday"), "run", str(path), "--journal-path",
+                               f"{tmp}/g-{n}.json"], env))
+            theirs.append(timed([str(BIN / "chaos"), "--no-version-check", "run", str(path),
+                                 "--journal-path", f"{tmp}/c-{n}.json"], env))
     g, c = statistics.median(ours), statistics.median(theirs)
     print(f"gameday runs: {' '.join(f'{t:.2f}' for t in ours)}")
     print(f"chaos runs:   {' '.join(f'{t:.2f}' for t in theirs)}")

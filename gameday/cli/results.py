@@ -10,11 +10,17 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gameday.errors import InvalidInput, ObservabilityError
-from gameday.evidence.summary import JournalSummary, read_summary
-from gameday.report.metrics import DEFAULT_JOB, Pushgateway, write_textfile
+
+if TYPE_CHECKING:  # prometheus_client and the summaries load only when results are asked for
+    from gameday.evidence.summary import JournalSummary
+    from gameday.report.metrics import Pushgateway
+
+#: The job label of pushed groups (``gameday.report.metrics.DEFAULT_JOB``'s value; not
+#: imported from there, so that building the parser loads no metrics code).
+DEFAULT_JOB = "gameday"
 
 #: The environment variable that holds the Pushgateway password (not on the command line).
 PASSWORD_ENV = "GAMEDAY_PUSHGATEWAY_PASSWORD"
@@ -45,12 +51,14 @@ class ResultPublisher:
     experiment so far and pushes the one that finished."""
 
     metrics_file: Path | None = None
-    pushgateway: Pushgateway | None = None
+    pushgateway: "Pushgateway | None" = None
     err: TextIO = sys.stderr
-    summaries: list[JournalSummary] = field(default_factory=list)
+    summaries: "list[JournalSummary]" = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
-    def publish(self, summary: JournalSummary) -> None:
+    def publish(self, summary: "JournalSummary") -> None:
+        from gameday.report.metrics import write_textfile
+
         self.summaries.append(summary)
         try:
             if self.metrics_file is not None:
@@ -63,6 +71,8 @@ class ResultPublisher:
 
     def publish_journal(self, journal_path: Path | None) -> None:
         """Publish the run whose journal is at ``journal_path`` (nothing if none)."""
+        from gameday.evidence.summary import read_summary
+
         if journal_path is not None and journal_path.exists():
             self.publish(read_summary(journal_path))
 
@@ -71,6 +81,8 @@ def publisher(args: argparse.Namespace) -> ResultPublisher | None:
     """The publisher the options ask for, or None when neither option is given."""
     if args.metrics_file is None and args.pushgateway is None:
         return None
+    from gameday.report.metrics import Pushgateway
+
     gateway = None
     if args.pushgateway is not None:
         if (args.pushgateway_cert is None) != (args.pushgateway_key is None):

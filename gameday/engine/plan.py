@@ -34,7 +34,7 @@ from gameday.evidence.ledger import FaultEntry
 from gameday.experiment.loader import LoadedExperiment
 from gameday.safety.locks import Holder, live_holders, target_key
 from gameday.safety.targetconfig import TargetConfig
-from gameday.targets.base import GpuRef, Target
+from gameday.targets.base import GpuRef, Target, run_configuration
 from gameday.targets.open import open_target
 
 __all__ = ["CANNOT_PREVIEW", "FaultPlan", "Hit", "Plan", "PreviewSession", "plan", "render"]
@@ -228,16 +228,6 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
         _check_with_agents(target, result)
         _judge(loaded, session, result, locks_dir or paths.ledger_path().parent / "locks")
     return result
-
-
-def run_configuration(experiment: Mapping[str, Any], target: Target | None,
-                      variables: Mapping[str, str]) -> dict[str, Any]:
-    """A run's configuration: the experiment's, what the target offers, then ``--var``."""
-    configuration = dict(experiment.get("configuration") or {})
-    for key, value in (target.configuration() if target else {}).items():
-        configuration.setdefault(key, value)
-    configuration.update(variables)
-    return configuration
 
 
 def _configuration(experiment: Mapping[str, Any], target: Target | None,

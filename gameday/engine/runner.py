@@ -30,7 +30,6 @@ from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import signals
-from gameday.engine.plan import Plan, plan, render, run_configuration
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
@@ -40,12 +39,13 @@ from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.safety import targetconfig
 from gameday.safety.locks import target_key
-from gameday.targets.base import GpuRef, Target, target_settings
-from gameday.targets.lab import LabLease
+from gameday.targets.base import GpuRef, Target, run_configuration, target_settings
 from gameday.targets.open import open_target
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from gameday.engine.plan import Plan
 
 CONTROL = {"name": "gameday", "provider": {"type": "python", "module": "gameday.controls"}}
 SETTINGS = {"runtime": {"rollbacks": {"strategy": "always"}}}
@@ -87,7 +87,7 @@ class RunOutcome:
     journal_path: Path | None = None
     verdict: Verdict | None = None
     journal: dict[str, Any] | None = None
-    plan: Plan | None = None  # a dry run's
+    plan: "Plan | None" = None  # a dry run's
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
@@ -152,10 +152,12 @@ def _environment() -> dict[str, Any]:
             "argv": sys.argv}
 
 
-def preview(options: RunOptions) -> Plan:
+def preview(options: RunOptions) -> "Plan":
     """The plan of a run (``--dry-run``, ``gameday plan``): read-only, it starts no lab,
     injects nothing and takes no lock (:func:`gameday.engine.plan.plan`)."""
-    loaded = load_experiment(options.path)
+    from gameday.engine.plan import plan  # loaded by dry runs only
+
+    loaded = load_experiment(options.path, options.variables)
     config = targetconfig.from_environment(options.target_config)
     kind = options.target or loaded.extension.target or "none"
     return plan(loaded, kind=kind, variables=options.variables, target_config=config,
@@ -166,6 +168,8 @@ def run(options: RunOptions) -> RunOutcome:
     """Run one experiment file; return its exit code (and journal path). A dry run
     renders :func:`preview` and returns its exit code."""
     if options.dry_run:
+        from gameday.engine.plan import render
+
         planned_run = preview(options)
         if options.render_plan:
             render(planned_run, options.out)
@@ -183,11 +187,15 @@ def run(options: RunOptions) -> RunOutcome:
                             "are never replaced")
     signals.reset()
     signals.install()
-    lab_lease = LabLease(options.lab_dir,
-                         lambda line: print(line, file=options.out, flush=True))
+    lab_lease = None
+    if kind == "lab":  # the lab's code loads only for runs on the lab
+        from gameday.targets.lab import LabLease
+
+        lab_lease = LabLease(options.lab_dir,
+                             lambda line: print(line, file=options.out, flush=True))
     session: sessions.Session | None = None
     try:
-        if kind == "lab":
+        if lab_lease is not None:
             lab_lease.ensure()
         target = open_target(kind, target_settings(loaded.experiment, options.variables),
                              lab_dir=options.lab_dir)
@@ -207,7 +215,8 @@ def run(options: RunOptions) -> RunOutcome:
         with signals.deferred():
             if session is not None:
                 session.locks.release_all()
-            lab_lease.release()
+            if lab_lease is not None:
+                lab_lease.release()
 
 
 def _print_plan(kind: str, planned: list[PlannedFault], session: sessions.Session,

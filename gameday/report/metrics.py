@@ -36,7 +36,7 @@ __all__ = ["BASE_LABELS", "Pushgateway", "ResultMetrics", "experiment_label",
 
 #: The labels of every family.
 BASE_LABELS = ("experiment", "target", "fault_kind", "layer")
-DEFAULT_JOB = "gameday"
+DEFAULT_JOB = "gameday"  # also gameday.cli.results.DEFAULT_JOB, the option's default
 
 # summary attribute -> (family, help); each a gauge over BASE_LABELS
 _MEASURED = (

@@ -186,3 +186,13 @@ def host_target(configuration: Mapping[str, Any]) -> Target:
                   service_url=configuration.get("service_url"),
                   prometheus_url=configuration.get("prometheus_url"),
                   placement_url=configuration.get("placement_url"), source=str(url))
+
+
+def run_configuration(experiment: Mapping[str, Any], target: Target | None,
+                      variables: Mapping[str, str]) -> dict[str, Any]:
+    """A run's configuration: the experiment's, what the target offers, then ``--var``."""
+    configuration = dict(experiment.get("configuration") or {})
+    for key, value in (target.configuration() if target else {}).items():
+        configuration.setdefault(key, value)
+    configuration.update(variables)
+    return configuration

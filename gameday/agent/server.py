@@ -438,9 +438,10 @@ def _id_route(path: str) -> tuple[dict[str, _Route], tuple[str, ...]]:
 
 
 #: What a connection over the caps gets (plain HTTP only: no handshake is done for it).
+_BUSY_BODY: Final = b'{"error":"agent busy: too many connections"}\n'
 _BUSY_ANSWER: Final = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: 46\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
-                       b'{"error":"agent busy: too many connections"}\n')
+                       b"Content-Length: " + str(len(_BUSY_BODY)).encode()
+                       + b"\r\nConnection: close\r\nRetry-After: 1\r\n\r\n" + _BUSY_BODY)
 
 
 class _Deadlines:
@@ -601,9 +602,7 @@ class _AgentHTTPServer(ThreadingHTTPServer):
         finally:
             with self._connections_lock:
                 self._health_slots.pop(request, None)
-            with contextlib.suppress(OSError):
-                request.shutdown(socket.SHUT_RDWR)
-            request.close()
+            _lingering_close(request)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """Handle the connection (after a TLS handshake within
@@ -849,6 +848,20 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         # Idle keep-alive timeouts and malformed request lines; never headers.
         self.server.agent._log.debug("agent.http", message=format % args)
+
+
+def _lingering_close(conn: socket.socket) -> None:
+    """Close ``conn`` after its answer without losing it: the write side is shut first
+    and what the client still sends (a body the slot never read) is drained for a moment,
+    since closing with unread input makes the kernel reset the connection and the client
+    may lose the tail of the answer."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(0.5)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline and conn.recv(65536):
+            pass
+    conn.close()
 
 
 class _HealthSlotHandler(_AgentRequestHandler):

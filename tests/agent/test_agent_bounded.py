@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from gameday.node.host.fusefs import FaultFsLayers
 from gameday.node.host.storage import FuseStorageFault
 from gameday.node.processes import MAX_PATTERN_CHARS
 from tests.agent.agent_marker import KIND, MarkerBackend, kill, read_url, run_agent
+from tests.waiting import wait_until
 
 TOKEN = "b7e1f3a5c9d2e4f6a8b0c2d4e6f8a0b2c4d6e8f0a2b4c6d8e0f2a4b6c8d0e2f4"
 BACKTRACKING = "(a+)+\\x00"  # exponential in a backtracking engine over 60 a's
@@ -181,10 +182,3 @@ def test_a_live_agent_answers_health_with_slow_header_clients_on_every_slot(
     print(f"slow-header clients on all 16 slots: /healthz worst "
           f"{health.worst_s * 1000:.1f} ms over {len(health.statuses)} asks")
     assert health.statuses and all(health.statuses)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.02)

@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from cryptography import x509
@@ -25,6 +25,7 @@ from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, InvalidInput
 from tests.agent.agent_marker import KIND, REPO, MarkerBackend
 from tests.agent.pki import Pki
+from tests.waiting import wait_until
 
 TOKEN = "7d1c0b9a3e5f46a8b2c4d6e8f0a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7"
 OTHER = "0f9e8d7c6b5a49382716a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4"
@@ -205,10 +206,12 @@ def test_a_slow_header_client_is_cut_off_and_health_keeps_answering(
             conn.settimeout(5)
             assert conn.recv(100) == b""  # closed by the deadline, not by the client
             conn.close()
+        httpd = server._httpd  # its counts of what it serves, read to wait without a sleep
+        wait_until(lambda: sum(httpd._sources.values()) == 0, 10, "the slow ones released")
         crowd = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
-        time.sleep(0.2)
+        wait_until(lambda: httpd._sources.get("127.0.0.1") == 4, 10, "the crowd served")
         on_slot = socket.create_connection(("127.0.0.1", port))  # its health slot
-        time.sleep(0.2)
+        wait_until(lambda: len(httpd._health_slots) == 1, 10, "the health slot taken")
         extra = socket.create_connection(("127.0.0.1", port))
         extra.settimeout(5)
         assert extra.recv(200).startswith(b"HTTP/1.1 503")  # over the per-source cap
@@ -241,16 +244,25 @@ def test_health_answers_when_every_connection_slot_is_busy(tmp_path: pathlib.Pat
                      per_source=2) as server:
         port = int(server.url.rsplit(":", 1)[1])
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        slots = server._httpd._health_slots  # read to wait until a slot is free again
+
+        def free() -> bool:
+            return not slots
+
         with AgentClient(server.url, TOKEN) as client:
             wait_until(lambda: _health_status(port) == 200)  # the idle ones are accepted
+            wait_until(free, 10, "the health slot free")
             assert client.health()["ok"]
+            wait_until(free, 10, "the health slot free")
             with pytest.raises(AgentError) as busy:
                 client.inject(KIND, {"gpu": 0}, {}, 30)
             assert busy.value.status == 503 and "only GET /healthz" in str(busy.value)
+            wait_until(free, 10, "the health slot free")
             holder = _hold_health_slot(port)
             assert _health_status(port) == 503  # no slot left for this source
             holder.settimeout(10)
             assert holder.recv(100) == b""  # cut off by the slot's deadline
+            wait_until(free, 10, "the health slot free")
             assert client.health()["ok"]
         for conn in [*idle, holder]:
             conn.close()
@@ -278,10 +290,3 @@ def _health_status(port: int) -> int:
         conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         head = conn.recv(200)
     return int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else 0
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.05)

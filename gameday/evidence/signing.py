@@ -12,6 +12,7 @@ proves the journal is unedited since signing, not who signed it).
 import base64
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,25 +53,26 @@ def generate(path: Path) -> Path:
     return public
 
 
-def load_private(path: Path) -> Ed25519PrivateKey:
+def _load_pem(path: Path, what: str, pem: str, load: Callable[[bytes], object]) -> object:
+    """The key ``load`` reads from the PEM file ``path``; one line naming the file if not."""
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        return load(path.read_bytes())
     except OSError as exc:
-        raise InvalidInput(f"cannot read signing key: {exc.strerror}", file=str(path)) from None
+        raise InvalidInput(f"cannot read {what}: {exc.strerror}", file=str(path)) from None
     except (ValueError, TypeError):
-        raise InvalidInput("not a PEM private key", file=str(path)) from None
+        raise InvalidInput(f"not a PEM {pem} key", file=str(path)) from None
+
+
+def load_private(path: Path) -> Ed25519PrivateKey:
+    key = _load_pem(path, "signing key", "private",
+                    lambda data: serialization.load_pem_private_key(data, password=None))
     if not isinstance(key, Ed25519PrivateKey):
         raise InvalidInput("not an Ed25519 private key", file=str(path))
     return key
 
 
 def load_public(path: Path) -> Ed25519PublicKey:
-    try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except OSError as exc:
-        raise InvalidInput(f"cannot read public key: {exc.strerror}", file=str(path)) from None
-    except (ValueError, TypeError):
-        raise InvalidInput("not a PEM public key", file=str(path)) from None
+    key = _load_pem(path, "public key", "public", serialization.load_pem_public_key)
     if not isinstance(key, Ed25519PublicKey):
         raise InvalidInput("not an Ed25519 public key", file=str(path))
     return key

@@ -15,7 +15,8 @@ AREAS = (gpu, net, service, k8s, storage, process, node)
 SELECTOR_KEYS: dict[str, tuple[str, ...]] = {
     "gpu": ("holding_shard", "uuid", "node", "index", "node_labels", "nvlink_domain",
             "percent", "seed"),
-    "process": ("shard", "role", "pid", "name", "cmdline", "node", "env", "parent", "cgroup"),
+    "process": ("shard", "role", "pid", "name", "cmdline", "node", "env", "parent", "cgroup",
+                "pod"),
     "storage": ("mount", "path", "pid", "cgroup", "node"),
     "link": ("node", "link", "netns"),
     "service": ("node", "name", "port", "address"),

@@ -6,9 +6,12 @@ controller, trainer, node-0...). Host: ``{pid: N}``, ``{name: COMM}`` (the comma
 name, like ``pgrep -x``) or ``{cmdline: REGEX}`` (like ``pgrep -f``), narrowed or
 selected by ``env: {RANK: "1", TORCHELASTIC_RUN_ID: ID}`` (the process's environment),
 ``parent: {name|cmdline|pid: ...}`` (children of that process, e.g. a ``torchrun``
-agent's workers) and ``cgroup: REGEX`` (``/proc/PID/cgroup``); the agent refuses
-when more than ``max_processes`` match. ``node`` names the agent when the target has
-several. Every action checks its arguments, checks ``blast_radius.max_nodes``, and
+agent's workers) and ``cgroup: REGEX`` (``/proc/PID/cgroup``). Kubernetes:
+``pod: {namespace, labels | label_selector | name, container}``, the processes of that
+container of that pod, on its node (:mod:`gameday.targets.kubernetes.containers`),
+narrowed by name, cmdline, env or parent if given. The agent refuses when more than
+``max_processes`` match. ``node`` names the agent when the target has several. Every
+action checks its arguments, checks ``blast_radius.max_nodes``, and
 signals through the node's agent under a lease; the ledger records it.
 """
 
@@ -25,6 +28,7 @@ from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import AgentError, InvalidInput
 from gameday.targets.base import Target, read_lab_document
+from gameday.targets.kubernetes.target import KubernetesTarget
 
 __all__ = ["kill", "pause", "resume", "revert"]
 
@@ -83,6 +87,8 @@ def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
     filters = {key: chosen[key] for key in _FILTERS if key in chosen}
     which = [key for key in _KEYS if key not in ("node", *_FILTERS) and key in chosen]
     target = sessions.current().require_target()
+    if "pod" in chosen:
+        return _in_container(target, chosen, which, filters)
     if filters:
         return _pick_node(target, chosen.get("node")), _host_filters(chosen, which, filters)
     if len(which) != 1:
@@ -136,6 +142,27 @@ def _host_filters(chosen: dict[str, Any], which: list[str],
                                 not filters["cgroup"]):
         raise InvalidInput("must be a non-empty regular expression", path="process.cgroup")
     return {key: chosen[key] for key in (*which, *filters)}
+
+
+def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
+                  filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A Kubernetes pod's container: its node, and the agent target that selects its
+    processes by the container ID in their cgroup path."""
+    if not isinstance(target, KubernetesTarget):
+        raise InvalidInput(f"pod selects a container on --target kubernetes (this run's "
+                           f"target is {target.kind})", path="process.pod")
+    for key in ("node", "cgroup"):
+        if key in chosen:
+            raise InvalidInput("the pod says where and which cgroup; drop this key",
+                               path=f"process.{key}")
+    which = [key for key in which if key != "pod"]
+    narrowing = _host_filters(chosen, which, filters) if which or filters else {}
+    namespace = chosen["pod"].get("namespace") if isinstance(chosen["pod"], dict) else None
+    if isinstance(namespace, str):  # refused before the API is asked anything
+        sessions.current().check_namespace(namespace)
+    container = target.resolve_container(chosen["pod"], where="process.pod")
+    return container.node, {**narrowing, "cgroup": container.cgroup_pattern(),
+                            "pod": container.pod_label(), "container": container.container}
 
 
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],

@@ -210,7 +210,9 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
                                "targets are resolved once it runs")
             else:
                 result.target_state = "unavailable"
-                result.refusals.append(f"target {kind}: {exc}")
+                said = str(exc)
+                result.refusals.append(said if said.startswith(f"target {kind}") else
+                                       f"target {kind}: {said}")
     session = PreviewSession(target=target, extension=extension, target_config=target_config)
     configuration = _configuration(loaded.experiment, target, variables)
     for position, activity in enumerate(loaded.experiment.get("method") or []):

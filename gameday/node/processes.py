@@ -67,6 +67,9 @@ _FAULTFS_MODULE = "gameday.node.faultfs"
 _TARGET_KEYS = frozenset({"pid", "name", "cmdline"})
 #: Keys that only say what a ``pid`` is (the engine resolves a lab shard or role to it).
 _PID_LABELS = frozenset({"shard", "role"})
+#: Keys that only say whose a ``cgroup`` is (the engine resolves a Kubernetes pod's
+#: container to its container ID).
+_CGROUP_LABELS = frozenset({"pod", "container"})
 #: Filters that narrow a name/cmdline selector, or select alone.
 _FILTER_KEYS = frozenset({"env", "parent", "cgroup"})
 _PARAM_KEYS = {"process.kill": frozenset({"max_processes"}),
@@ -171,11 +174,17 @@ def compile_cmdline(pattern: str, key: str = "cmdline") -> Any:
 def _check_selector(target: Mapping[str, Any], where: str = "target", depth: int = 0) -> None:
     """A process selector: exactly one of ``pid``, ``name``, ``cmdline``, or filters alone
     (``env``, ``parent``, ``cgroup``) that narrow a name/cmdline or stand alone."""
-    labels = _PID_LABELS if "pid" in target and depth == 0 else frozenset()
+    labels = (_PID_LABELS if "pid" in target else
+              _CGROUP_LABELS if "cgroup" in target else frozenset()) if depth == 0 \
+        else frozenset()
     unknown = sorted(set(target) - _TARGET_KEYS - _FILTER_KEYS - labels)
     if unknown:
         raise FaultRejected(f"{where}.{unknown[0]} is unknown (known: cmdline, name, pid, env, "
-                            "parent, cgroup; shard or role only alongside a pid)")
+                            "parent, cgroup; shard or role only alongside a pid, pod or "
+                            "container only alongside a cgroup)")
+    for label in labels & set(target):
+        if not isinstance(target[label], str | int) or isinstance(target[label], bool):
+            raise FaultRejected(f"{where}.{label}: must be a name, got {target[label]!r}")
     given = [key for key in ("pid", "name", "cmdline") if key in target]
     filters = [key for key in ("env", "parent", "cgroup") if key in target]
     if len(given) > 1 or (not given and not filters) or ("pid" in target and filters):

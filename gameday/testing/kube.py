@@ -11,8 +11,9 @@ gameday uses, driven by the REAL ``kubernetes`` Python client pointed at it:
   have no patch strategy, so both mean RFC 7386 here; a ``metadata.resourceVersion``
   in the patch is a precondition: a stale one answers ``409 Conflict``, as the real
   API server does);
-- pods: list per namespace or across namespaces (``labelSelector``,
-  ``fieldSelector=spec.nodeName=``), read, delete, and the eviction subresource, which
+- pods (with their containers' states and IDs): list per namespace or across namespaces
+  (``labelSelector``, ``fieldSelector=spec.nodeName=``), read, delete, and the eviction
+  subresource, which
   answers ``429 TooManyRequests`` while a PodDisruptionBudget-like rule allows no more
   disruptions (rules are set by the test with :meth:`KubeStandin.add_pdb`);
 - secrets: read;
@@ -143,23 +144,32 @@ class KubeStandin:
     def add_pod(self, namespace: str, name: str, node: str, *,
                 labels: dict[str, str] | None = None, pod_ip: str = "127.0.0.1",
                 port: int | None = None, owner_kind: str = "ReplicaSet",
-                ready: bool = True) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": "main", "image": "example/app:1"}
+                ready: bool = True,
+                containers: dict[str, str | None] | None = None) -> dict[str, Any]:
+        """A Running pod. ``containers`` maps each container's name to its status's
+        ``containerID`` (``containerd://ID``: running; ``None``: still waiting, as in
+        ``ContainerCreating``); default one container ``main`` without a status."""
+        specs: list[dict[str, Any]] = [{"name": container, "image": "example/app:1"}
+                                       for container in (containers or {"main": None})]
         if port is not None:
-            container["ports"] = [{"name": "agent", "containerPort": port}]
+            specs[0]["ports"] = [{"name": "agent", "containerPort": port}]
+        statuses = [_container_status(container, cid)
+                    for container, cid in (containers or {}).items()]
         with self.lock:
-            pod = {
+            pod: dict[str, Any] = {
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
                              "resourceVersion": self.next_rv(), "uid": f"uid-pod-{name}",
                              "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind,
                                                   "name": f"{name}-owner", "uid": "o-1",
                                                   "controller": True}]},
-                "spec": {"nodeName": node, "containers": [container]},
+                "spec": {"nodeName": node, "containers": specs},
                 "status": {"phase": "Running", "podIP": pod_ip,
                            "conditions": [{"type": "Ready",
                                            "status": "True" if ready else "False"}]},
             }
+            if statuses:
+                pod["status"]["containerStatuses"] = statuses
             self.pods[(namespace, name)] = pod
             return pod
 
@@ -184,6 +194,17 @@ class KubeStandin:
             node = _merge(self.nodes[name], patch)
             node["metadata"]["resourceVersion"] = self.next_rv()
             self.nodes[name] = node
+
+
+def _container_status(name: str, container_id: str | None) -> dict[str, Any]:
+    status: dict[str, Any] = {"name": name, "image": "example/app:1", "imageID": "",
+                              "restartCount": 0, "ready": container_id is not None}
+    if container_id is None:
+        status["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    else:
+        status["containerID"] = container_id
+        status["state"] = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    return status
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from gameday.evidence.ledger import FaultEntry
 from gameday.targets.agent_tls import agent_tls_from
 from gameday.targets.base import GpuRef, Target
 from gameday.targets.kubernetes.config import KubeSettings, api_client, settings_from
+from gameday.targets.kubernetes.containers import ContainerRef, find_container
 from gameday.targets.kubernetes.discovery import Fleet, agent_token, discover
 from gameday.targets.kubernetes.nodes import NodeEditor
 from gameday.targets.kubernetes.selectors import select_gpus
@@ -114,6 +115,20 @@ class KubernetesTarget(Target):
             raise InvalidInput(f"node {without[0]} runs no ready gameday agent, so nothing "
                                "could undo a fault there if the orchestrator died", path=where)
         return nodes[:count]
+
+    def resolve_container(self, selector: Any, *, where: str = "process.pod") -> ContainerRef:
+        """The running container a ``{namespace, labels | label_selector | name,
+        container}`` selector names (:mod:`gameday.targets.kubernetes.containers`), on a
+        node whose agent can signal it."""
+        fleet = self.require_fleet()
+        if self.core is None:
+            raise TargetUnavailable("target kubernetes has no API client")
+        container = find_container(self.core, selector, where=where)
+        if container.node not in fleet.agents:
+            raise InvalidInput(f"pod {container.pod_label()} runs on node "
+                               f"{container.node or '(none)'}, which runs no ready gameday "
+                               "agent to signal it", path=where)
+        return container
 
     def gpus_on(self, nodes: list[str]) -> list[GpuRef]:
         """The GPUs of these nodes (what a node fault touches, for the blast radius)."""

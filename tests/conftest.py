@@ -5,6 +5,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,19 @@ def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     finally:
         lab.down(directory)
     assert lab_processes(directory) == [], "the lab left processes behind"
+
+
+def _renewers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "lease-renewer" and t.is_alive()}
+
+
+@pytest.fixture(autouse=True)
+def no_lease_renewer_left() -> Iterator[None]:
+    """A test that opens a session closes it: a renewer left running would renew (or
+    fail to renew) its leases through every later test."""
+    before = _renewers()
+    yield
+    deadline = time.monotonic() + 2.0
+    while (left := _renewers() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"{len(left)} lease renewer(s) left running: close the session"

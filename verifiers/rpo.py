@@ -128,15 +128,21 @@ def changed_after(series: Series | None, onset: float) -> float | None:
 
 
 def _pace(before: list[tuple[float, float]], gap_s: float) -> float | None:
-    """Steps per second over the job's last uninterrupted run before the restart."""
-    first = len(before) - 1
-    while first > 0 and before[first - 1][1] <= before[first][1] and \
-            before[first][0] - before[first - 1][0] <= gap_s:
-        first -= 1
-    moving = before[first:]
-    if len(moving) >= 2 and moving[-1][0] > moving[0][0] and moving[-1][1] > moving[0][1]:
-        return (moving[-1][1] - moving[0][1]) / (moving[-1][0] - moving[0][0])
-    return None
+    """Steps per second over the job's last uninterrupted run before the restart; when
+    that run shows no step (a scrape or two after a gap, e.g. on a loaded machine), the
+    fastest of its earlier runs, so that a bound built on it stays a bound. None when no
+    run moved at all."""
+    runs: list[list[tuple[float, float]]] = []
+    for sample in before:
+        if runs and sample[1] >= runs[-1][-1][1] and sample[0] - runs[-1][-1][0] <= gap_s:
+            runs[-1].append(sample)
+        else:
+            runs.append([sample])
+    paces = [(run[-1][1] - run[0][1]) / (run[-1][0] - run[0][0]) for run in runs
+             if len(run) >= 2 and run[-1][0] > run[0][0] and run[-1][1] > run[0][1]]
+    if runs and paces and len(runs[-1]) >= 2 and runs[-1][-1][1] > runs[-1][0][1]:
+        return paces[-1]
+    return max(paces, default=None)
 
 
 def _changes(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:

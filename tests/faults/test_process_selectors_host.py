@@ -43,7 +43,11 @@ def session(tmp_path: Path) -> Iterator[Session]:
     try:
         url = read_url(agent, timeout_s=30)
         target = host_target({"agent_url": url, "agent_token": TOKEN})
-        yield activate(Session(target=target, extension=Extension()))
+        session = activate(Session(target=target, extension=Extension()))
+        try:
+            yield session
+        finally:
+            session.close()  # reverts what it holds; its lease renewer stops
     finally:
         deactivate()
         kill(agent)

@@ -2,6 +2,7 @@
 real Prometheus scraping a prometheus_client exporter run by the test (not the lab): a
 stand-in training job that checkpoints and restarts, and Kafka-style stream offsets."""
 
+import math
 import threading
 import time
 
@@ -57,6 +58,21 @@ def test_progress_seen_below_the_resumed_step_is_a_bound_not_a_clamped_zero() ->
     assert loss is not None and loss.restart_signal == "resumed-from changed"
     assert loss.progress_at_fault.low == 38 and loss.resumed_from.low == 40
     assert loss.lost.low == 0 and loss.lost.high >= 6  # truth here: 4 to 6
+
+
+def test_a_gap_just_before_the_fault_still_bounds_the_loss_at_the_earlier_pace() -> None:
+    """Scrapes missed just before the fault (a loaded machine): the last run before the
+    restart shows one value, so the pace comes from the run before the gap; the figure
+    stays a bound instead of becoming unbounded (and the verdict inconclusive)."""
+    progress = series((0, 0), (1, 4), (2, 8), (3, 12), (6, 24), (6.25, 24), (8, 11),
+                      (9, 15))
+    resumed = series((8, 10), (9, 10))
+    loss = assess_checkpoint_loss(progress, 6.2, gap_s=1.5, resolution_s=0.25,
+                                  resumed=resumed)
+    assert loss is not None and loss.steps_per_s == 4
+    assert loss.progress_at_fault.low == 24 and math.isfinite(loss.progress_at_fault.high)
+    assert loss.progress_at_fault.high >= 25  # the step in flight at least
+    assert loss.lost.low == 14 and math.isfinite(loss.lost.high)
 
 
 def test_samples_before_the_job_loaded_its_checkpoint_are_not_its_progress() -> None:

@@ -89,10 +89,12 @@ def lab_processes(directory: Path) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One real lab per test module (real processes, Prometheus, FUSE store); on teardown
-    it is stopped and must leave no process behind."""
+    """One real lab for every module that asks for it (real processes, Prometheus, FUSE
+    store: about 6 s to start, most of it Prometheus's first scrape); each test leaves it
+    as it found it (no fault active), and at the end it is stopped and must leave no
+    process behind."""
     from gameday.lab import api as lab
 
     directory = tmp_path_factory.mktemp("lab")

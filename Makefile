@@ -10,9 +10,15 @@ KSTAMP    := $(KSERVE)/.installed
 DEBS      := prometheus prometheus-alertmanager prometheus-pushgateway fuse3 stress-ng iptables nftables chromium redis-server
 PYTHON    ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
 
-.PHONY: setup debs demo test bench lint clean
+.PHONY: setup debs bytecode demo test bench lint clean
 
-setup: debs $(STAMP) $(KSTAMP)
+setup: debs $(STAMP) $(KSTAMP) bytecode
+
+# Byte-compile the project's own modules, as pip does for every package it installs: an
+# editable install never writes them where PYTHONDONTWRITEBYTECODE is set, and then each
+# `gameday` command would compile ~60 modules again (~0.1 s). Up to date: well under 1 s.
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q -j0 gameday faults verifiers tests bench >/dev/null
 
 debs:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -35,7 +35,7 @@ from gameday.lab.gpustate import (
     publish_node_state,
     read_node_state,
 )
-from gameday.lab.vfaults import VIRTUAL_FAULTS, GrowingChange, VirtualFault
+from gameday.lab.vfaults import VIRTUAL_FAULTS, GrowingChange, VirtualFault, is_growing
 from gameday.logs import writes_info
 
 __all__ = ["GpuState", "VirtualGpuBackend", "virtual_backend"]
@@ -162,7 +162,7 @@ class VirtualGpuBackend:
                 before.setdefault(name, values[name])  # a growing fault: see _grow
             self._applied[fault_id] = _Applied(request.kind, change.gpu, before, (old, new))
             self._gpus[change.gpu] = new
-            if isinstance(change, GrowingChange):
+            if is_growing(change):
                 self._growing[fault_id] = (change, time.monotonic())
                 self._start_growing()
             self._changed()

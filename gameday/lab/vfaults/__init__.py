@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Final
 
-from gameday.lab.vfaults.base import GpuChange, GrowingChange, VirtualFault
+from gameday.lab.vfaults.base import GpuChange, GrowingChange, VirtualFault, is_growing
 from gameday.lab.vfaults.bus import FallOffBusFault
 from gameday.lab.vfaults.ecc import EccFault
 from gameday.lab.vfaults.leak import LeakFault
@@ -11,7 +11,7 @@ from gameday.lab.vfaults.oom import OomFault
 from gameday.lab.vfaults.thermal import ThermalFault
 from gameday.lab.vfaults.xid import XidFault
 
-__all__ = ["VIRTUAL_FAULTS", "GpuChange", "GrowingChange", "VirtualFault"]
+__all__ = ["VIRTUAL_FAULTS", "GpuChange", "GrowingChange", "VirtualFault", "is_growing"]
 
 #: Every kind the virtual backend applies, by name.
 VIRTUAL_FAULTS: Final[Mapping[str, VirtualFault]] = {

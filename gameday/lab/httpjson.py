@@ -13,6 +13,7 @@ import json
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -72,10 +73,16 @@ def bearer_ok(request: Request, token: str) -> bool:
     return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
+#: Seconds a lab server keeps an idle keep-alive connection open.
+SERVER_IDLE_S = 60.0
+#: Seconds a :class:`ConnectionPool` reuses an idle connection: well inside the above.
+POOL_IDLE_S = SERVER_IDLE_S / 2
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
-    timeout = 60
+    timeout = SERVER_IDLE_S
     server: "_Server"
 
     def _dispatch(self) -> None:
@@ -203,12 +210,15 @@ class ConnectionPool:
         self.base_url = base_url.rstrip("/")
         self._timeout = timeout
         self._via = via
-        self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue()
+        self._idle: queue.LifoQueue[tuple[http.client.HTTPConnection, float]] = \
+            queue.LifoQueue()
 
     def post(self, path: str, payload: bytes) -> tuple[int, bytes]:
-        """POST ``payload`` (JSON bytes) to ``path``; retry once on a stale keep-alive."""
+        """POST ``payload`` (JSON bytes) to ``path``; when a kept-alive connection turns
+        out closed by the server, once more on a new connection (not on another idle one:
+        after a quiet spell they were all closed together)."""
         for attempt in (0, 1):
-            conn, reused = self._take()
+            conn, reused = self._take(fresh=attempt > 0)
             try:
                 conn.request("POST", path, body=payload,
                              headers={"Content-Type": "application/json"})
@@ -226,15 +236,22 @@ class ConnectionPool:
             if response.will_close:
                 conn.close()
             else:
-                self._idle.put(conn)
+                self._idle.put((conn, time.monotonic()))
             return response.status, data
         raise AssertionError("unreachable")
 
-    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
-        try:
-            return self._idle.get_nowait(), True
-        except queue.Empty:
-            pass
+    def _take(self, *, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection (``True``) unless ``fresh``, else a new one (``False``).
+        Connections idle longer than :data:`POOL_IDLE_S` are closed, not used: the
+        servers close theirs after ``_Handler.timeout``."""
+        while not fresh:
+            try:
+                conn, since = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if time.monotonic() - since < POOL_IDLE_S:
+                return conn, True
+            conn.close()
         conn, _ = _connection(self.base_url, self._timeout)
         if self._via is not None:
             host, _, port = self._via.rpartition(":")
@@ -248,7 +265,7 @@ class ConnectionPool:
     def close(self) -> None:
         while True:
             try:
-                conn = self._idle.get_nowait()
+                conn, _ = self._idle.get_nowait()
             except queue.Empty:
                 return
             with contextlib.suppress(OSError):

@@ -25,6 +25,7 @@ from tests.verifiers.verifier_helpers import (
     record_fault,
     shard,
 )
+from tests.waiting import wait_until
 from verifiers.detection import PlacementDetection, PromQLDetection
 from verifiers.placement import HttpPlacementSource
 from verifiers.rto import measure_recovery
@@ -145,17 +146,17 @@ def test_placement_detection_ignores_other_gpus_and_earlier_events(
 def test_promql_detection_finds_the_rising_edge(prometheus: PrometheusUnderTest) -> None:
     firing = Gauge("test_alert_firing", "an alert-like series", registry=prometheus.registry)
     firing.set(0)
-    deadline = time.monotonic() + 10
-    while not prometheus.query("test_alert_firing") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # Prometheus 2.42 scrapes a new target first some 5 s after it starts, later on a
+    # loaded machine: wait for it (and fail saying so) rather than race it
+    wait_until(lambda: bool(prometheus.query("test_alert_firing")), timeout_s=30,
+               what="the first scrape of the series")
     time.sleep(1.1)  # so that a scrape before the onset saw it
     onset = time.time()
     time.sleep(0.5)
     firing.set(1)
     flipped = time.time()
-    deadline = time.monotonic() + 10  # its own wait: the first one may have used most of its
-    while not prometheus.query("test_alert_firing == 1") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: bool(prometheus.query("test_alert_firing == 1")), timeout_s=30,
+               what="a scrape that saw the flip", every_s=0.1)
     client = PromQL(prometheus.url)
     found = PromQLDetection(client, "test_alert_firing == 1", time.time, 0.1).first_after(onset)
     assert found is not None

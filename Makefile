@@ -44,7 +44,7 @@ $(KSTAMP):
 
 demo: setup
 	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab
-	@journal=$$(ls -t journals/*-gpu-ecc-dbe-reshard.json | head -1); \
+	@journal=$$(ls -t journals/*-gpu-ecc-dbe-reshard-*.json | head -1); \
 	  $(VENV)/bin/gameday report "$$journal" --format html -o "$${journal%.json}.html" && \
 	  echo "report: $(CURDIR)/$${journal%.json}.html"
 

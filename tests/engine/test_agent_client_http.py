@@ -13,6 +13,7 @@ import pytest
 
 from gameday.engine.agent_client import MAX_ANSWER_BYTES, AgentClient
 from gameday.errors import AgentError
+from tests.loopback import serving
 
 
 @contextlib.contextmanager
@@ -20,10 +21,7 @@ def first_request_server(answer: Callable[[bytes], bytes | None]) -> Iterator[st
     """A real TCP server on loopback that reads each connection's FIRST request, sends
     ``answer(request)`` (nothing for ``None``) and closes the connection without saying
     so (as an agent does with an idle keep-alive connection); yields its URL."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def serve() -> None:
+    def serve(listener: socket.socket, stop: threading.Event) -> None:
         listener.settimeout(0.2)
         while not stop.is_set():
             try:
@@ -37,14 +35,8 @@ def first_request_server(answer: Callable[[bytes], bytes | None]) -> Iterator[st
                     conn.sendall(raw)
                     conn.shutdown(socket.SHUT_RDWR)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
+    with serving(serve) as url:
+        yield url
 
 
 @pytest.fixture

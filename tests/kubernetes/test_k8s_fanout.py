@@ -45,6 +45,7 @@ from tests.kubernetes.k8s_cluster import (
     inprocess_agents,
     register_agent,
 )
+from tests.loopback import serving
 
 NODES = [f"n{i:02d}" for i in range(32)]
 
@@ -180,26 +181,20 @@ def test_an_interruption_mid_fan_out_still_records_what_was_applied(
 def silent_agent() -> Iterator[str]:
     """A real socket on loopback that accepts connections and reads, but never answers
     (a hung agent)."""
-    listener = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []
-    stop = threading.Event()
 
-    def accept() -> None:
+    def accept(listener: socket.socket, stop: threading.Event) -> None:
         listener.settimeout(0.1)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 held.append(listener.accept()[0])
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with serving(accept) as url:
+            yield url
     finally:
-        stop.set()
-        thread.join()
         for conn in held:
             conn.close()
-        listener.close()
 
 
 def hosts_target(agents: AgentFleet, silent_url: str, timeout_s: float) -> Target:

@@ -146,7 +146,10 @@ def _parser() -> argparse.ArgumentParser:
     agent = command(commands, "agent", "the node agent",
                     "gameday agent serve --backend virtual --listen 127.0.0.1:9410")
     agent_commands = agent.add_subparsers(dest="agent_command", required=True,
-                                          metavar="serve|policy")
+                                          metavar="init|serve|policy")
+    agent_commands.add_parser("init", help="set up a host agent in a directory: token, "
+                              "policy, TLS, systemd unit (gameday agent init --help)",
+                              add_help=False)
     agent_commands.add_parser("serve", help="serve the agent API (gameday agent serve --help)",
                               add_help=False)
     agent_commands.add_parser("policy", help="check an agent policy (--check FILE)",
@@ -315,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gameday.agent.serve import main as serve_main
 
         return serve_main(arguments[2:])
+    if arguments[:2] == ["agent", "init"]:
+        from gameday.cli.agentinit import main as init_main
+
+        return init_main(arguments[2:])
     if arguments[:2] == ["agent", "policy"]:
         from gameday.agent.serve import check_policy
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 from gameday import __version__, paths
 from gameday.cli.output import add_output_argument, emit, wants_json
-from gameday.cli.parsers import command
+from gameday.cli.parsers import CommandParser, command, wants_json_argv
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
 from gameday.engine.runner import RunOptions, parse_vars, run
@@ -32,7 +32,7 @@ READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report", "pla
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="gameday", description="Chaos engineering for GPU / AI infrastructure.",
         epilog="start here:\n  gameday init my-first.yaml && gameday validate my-first.yaml "
                "&& gameday run my-first.yaml --dry-run\n\nexit codes: 0 passed, 1 failed, "
@@ -307,8 +307,10 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         else:
             print(lab.format_status(report))
         return 0
-    lab.down(lab_dir)
-    print(f"lab in {lab_dir} stopped")
+    was_running = lab.running(lab_dir)
+    lab.down(lab_dir)  # also sweeps what a lab that died left behind
+    print(f"lab in {lab_dir} stopped" if was_running else
+          f"no lab was running in {lab_dir}; nothing left behind")
     return 0
 
 
@@ -327,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return check_policy(arguments[2:])
     parser = _parser()
+    CommandParser.json_errors = wants_json_argv(arguments)
     args = parser.parse_args(arguments)
     if args.command is None:
         parser.print_help()

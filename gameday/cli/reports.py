@@ -186,9 +186,9 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from gameday.atomic import replace_file
+    from gameday.atomic import replace_file, shareable_mode
 
-    replace_file(output, text.encode(), mode=0o600, durable=True)
+    replace_file(output, text.encode(), mode=shareable_mode(), durable=True)
     print(f"wrote {output}", file=sys.stderr)
 
 

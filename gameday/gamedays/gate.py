@@ -33,7 +33,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gameday.atomic import replace_file
+from gameday.atomic import replace_file, shareable_mode
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
 from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
@@ -372,8 +372,9 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
 
 def write_outputs(verdict: GateVerdict, runs: Sequence[ExperimentRun], *,
                   junit: Path | None, summary: Path | None, command: str = "") -> None:
+    mode = shareable_mode()  # shared outputs follow the umask
     if junit is not None:
-        replace_file(junit, junit_xml(verdict), mode=0o600, durable=True)
+        replace_file(junit, junit_xml(verdict), mode=mode, durable=True)
     if summary is not None:
-        replace_file(summary, markdown_summary(verdict, runs, command).encode(), mode=0o600,
+        replace_file(summary, markdown_summary(verdict, runs, command).encode(), mode=mode,
                      durable=True)

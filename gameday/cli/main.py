@@ -129,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="virtual GPUs per node, 1 to 16 (default 4)")
     up.add_argument("--shards", type=int, default=6,
                     help="model shards, one GPU each (default 6)")
+    up.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="seconds to wait for every process to be ready (default 30; a "
+                         "loaded machine may need more)")
     status = command(lab_commands, "status", "processes, endpoints, active faults",
                      "gameday lab status --output json")
     add_output_argument(status)
@@ -287,8 +290,10 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     lab_dir = (args.dir or paths.lab_dir()).absolute()
     if args.lab_command == "up":
+        if not args.timeout > 0:
+            raise InvalidInput(f"--timeout must be > 0 s, got {args.timeout:g}")
         document = lab.up(lab_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          shards=args.shards)
+                          shards=args.shards, timeout_s=args.timeout)
         print(f"lab ready in {lab_dir}: service {document['service_url']}, "
               f"prometheus {document['prometheus_url']}, placement {document['placement_url']}")
         return 0

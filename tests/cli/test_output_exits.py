@@ -154,3 +154,16 @@ def test_lab_down_without_a_lab_says_so(tmp_path: Path,
 
     assert main(["lab", "down", "--dir", str(tmp_path / "no-lab")]) == 0
     assert capsys.readouterr().out.startswith("no lab was running in ")
+
+
+def test_a_lab_that_is_not_ready_in_time_names_what_it_waited_for(tmp_path: Path) -> None:
+    """``lab up --timeout``: a real lab given half a second fails (exit 1) with one line
+    naming the process it still waited for, and leaves no process behind."""
+    from tests.conftest import lab_processes
+
+    lab_dir = tmp_path / "lab"
+    result = gameday(["lab", "up", "--dir", str(lab_dir), "--timeout", "0.5"], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert "not ready within 0.5s: waiting for " in first and "(log: " in first, first
+    assert lab_processes(lab_dir) == []

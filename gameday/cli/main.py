@@ -114,8 +114,9 @@ def _parser() -> argparse.ArgumentParser:
 
     faults = command(commands, "faults", "the fault catalogue, or one kind of it",
                      "gameday faults gpu.ecc --output json")
-    faults.add_argument("kind", nargs="?", metavar="KIND",
-                        help="show only this kind (gpu.ecc, net.link_flap, ...)")
+    kind = faults.add_argument("kind", nargs="?", metavar="KIND",
+                               help="show only this kind (gpu.ecc, net.link_flap, ...)")
+    kind.complete_with = "fault-kinds"  # type: ignore[attr-defined]  # completion.py
     add_output_argument(faults)
     faults.add_argument("--json", action="store_true", help="the same as --output json")
     faults.add_argument("--markdown", action="store_true",

@@ -101,7 +101,7 @@ bench: debs $(LAB_STAMP) bytecode
 bench-smoke: debs $(LAB_STAMP) bytecode
 	$(SMOKE)
 
-lint: setup
+lint: $(STAMP)
 	$(VENV)/bin/ruff check gameday faults verifiers tests bench
 	$(VENV)/bin/mypy
 

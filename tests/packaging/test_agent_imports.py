@@ -73,6 +73,8 @@ def test_reconciling_without_the_kubernetes_extra_names_it(tmp_path: Path) -> No
 
 def test_agent_serve_and_policy_check_run_without_the_orchestrators_packages(
         tmp_path: Path) -> None:
+    listed = _agent_only(tmp_path, "cli", "--help")
+    assert listed.returncode == 0 and "agent" in listed.stdout, listed.stderr[-3000:]
     helped = _agent_only(tmp_path, "cli", "agent", "serve", "--help")
     assert helped.returncode == 0, helped.stderr[-3000:]
     assert "--backend" in helped.stdout

@@ -21,10 +21,15 @@ from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.parsers import CommandParser, command, wants_json_argv
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
-from gameday.engine.runner import RunOptions, parse_vars, run
 from gameday.errors import GamedayError, InvalidInput
 from gameday.logs import configure as configure_logging
 from gameday.targets import TARGET_KINDS, agent_tls
+
+#: What a command of the orchestrator imports that the agent extra does not install:
+#: without them (an agent-only install) such a command says which extra to install.
+ORCHESTRATOR_MODULES = frozenset({"chaoslib", "chaostoolkit", "requests", "urllib3", "numpy",
+                                  "prometheus_api_client", "croniter", "rich", "cryptography",
+                                  "redis", "kubernetes", "tenacity"})
 
 #: The commands that only read (``audit verify`` too): they create no file anywhere
 #: but what they are told to write (``report -o``, ``coverage -o``).
@@ -167,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``run`` and ``plan`` (a plan is a dry run)."""
+    from gameday.engine.runner import RunOptions, parse_vars, run
+
     dry_run = args.command == "plan" or args.dry_run
     as_json = wants_json(args)
     options = RunOptions(path=args.experiment, target=args.target,
@@ -198,6 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from gameday.engine.runner import parse_vars
     from gameday.experiment.validate import validate_files
 
     report = validate_files(args.experiments, target=args.target,
@@ -392,6 +400,12 @@ def _command(args: argparse.Namespace) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ORCHESTRATOR_MODULES:
+            raise
+        print(f"gameday: {args.command} needs the orchestrator's packages (no module named "
+              f"{exc.name!r}): pip install 'gameday[orchestrator]'", file=sys.stderr)
+        return 2
     return 2
 
 

@@ -49,8 +49,8 @@ from gameday.agent.tokens import TokenSet, check_token
 from gameday.contract.backend import Backend
 from gameday.errors import GamedayError, InvalidInput
 
-__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen",
-           "serve_parser"]
+__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "lifelines", "load_backend", "main",
+           "parse_listen", "serve_parser"]
 
 #: Backend names accepted by ``--backend``, each a ``module:callable`` spec (imported
 #: only when chosen). Add yours here or pass the spec itself.
@@ -137,12 +137,33 @@ def _tls(args: argparse.Namespace, host: str) -> ServerTLS | None:
     return None
 
 
+def lifelines(args: argparse.Namespace) -> list[pathlib.Path]:
+    """The directories of everything the agent reads or writes at run time: its state
+    directory, the audit file's, the token file's, the TLS certificate's, key's and
+    client CA's, the policy file's (with its interpreter and code, which
+    :meth:`Policy.never` adds, none may ever be faulted)."""
+    state_dir = pathlib.Path(args.state_dir)
+    files = [args.audit_log, args.token_file, args.tls_cert, args.tls_key,
+             args.tls_client_ca, getattr(args, "policy", None)]
+    return [state_dir, *(pathlib.Path(f).absolute().parent for f in files if f)]
+
+
+def _refuse_lifelines(policy: Policy, where: str) -> None:
+    """:class:`InvalidInput` naming each ``paths`` entry of ``policy`` that would let a
+    fault reach one of the agent's lifelines."""
+    allowed = policy.lifelines_allowed()
+    if allowed:
+        raise InvalidInput(f"--policy {where}: paths would let a fault reach what the agent "
+                           f"itself needs at run time: {'; '.join(allowed)}")
+
+
 def _policy(args: argparse.Namespace, backend: Backend,
             protected: list[pathlib.Path]) -> Policy | None:
     policy = load_policy(pathlib.Path(args.policy)) if args.policy else None
     if policy is None:
         return None
     policy = policy.protecting(protected)
+    _refuse_lifelines(policy, args.policy)
     use = getattr(backend, "use_policy", None)
     if callable(use):
         use(policy)
@@ -197,9 +218,17 @@ def check_policy(argv: Sequence[str]) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", metavar="FILE", required=True,
                         help="the policy file (YAML, or JSON if it ends in .json)")
+    for flag, default in (("--state-dir", ".gameday/agent"), ("--token-file", None),
+                          ("--tls-cert", None), ("--tls-key", None), ("--tls-client-ca", None),
+                          ("--audit-log", None)):
+        parser.add_argument(flag, default=default, metavar="F",
+                            help="as gameday agent serve takes it: the policy must not let "
+                                 "a fault reach it")
     args = parser.parse_args(argv)
+    args.policy = args.check
     try:
-        policy = load_policy(pathlib.Path(args.check))
+        policy = load_policy(pathlib.Path(args.check)).protecting(lifelines(args))
+        _refuse_lifelines(policy, args.check)
     except GamedayError as exc:
         print(f"gameday agent policy: {exc}", file=sys.stderr)
         return 2
@@ -242,10 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         state_path = pathlib.Path(args.state_dir) / f"agent-{safe_node}.json"
         audit_path = pathlib.Path(args.audit_log or
                                   pathlib.Path(args.state_dir) / f"audit-{safe_node}.jsonl")
-        protected = [pathlib.Path(args.state_dir), audit_path.parent,
-                     *([pathlib.Path(args.token_file).parent] if args.token_file else []),
-                     *[pathlib.Path(f).parent for f in (args.tls_cert, args.tls_key) if f]]
-        policy = _policy(args, backend, protected)
+        policy = _policy(args, backend, [*lifelines(args), audit_path.absolute().parent])
         use_state_dir = getattr(backend, "use_state_dir", None)
         if callable(use_state_dir):  # before the registry reverts leftovers
             use_state_dir(pathlib.Path(args.state_dir))

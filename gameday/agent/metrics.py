@@ -8,6 +8,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gameday.agent.redaction import describe_target
+
 __all__ = ["CONTENT_TYPE", "AgentMetrics"]
 
 #: Content type of :meth:`AgentMetrics.render`.
@@ -73,8 +75,10 @@ class AgentMetrics:
     def held(self, fault_id: str, kind: str, target: Mapping[str, Any], layer: str,
              run: str, *, node: str = "") -> None:
         """The fault ``fault_id`` is held from now: its window reads 1. ``target`` is
-        shown as ``node:key=value,...``; ``run`` is the run that asked for it."""
-        where = ",".join(f"{key}={target[key]}" for key in sorted(target))
+        shown as ``node:key=value,...``, redacted
+        (:func:`gameday.agent.redaction.describe_target`: this page needs no token);
+        ``run`` is the run that asked for it."""
+        where = describe_target(target)
         labels = (kind, f"{node}:{where}" if node else where, layer, run)
         self._held[fault_id] = labels
         self._ended.pop(labels, None)

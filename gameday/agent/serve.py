@@ -1,4 +1,5 @@
-"""``gameday agent serve``: run one node's agent until SIGTERM, SIGINT or SIGHUP.
+"""``gameday agent serve``: run one node's agent until SIGTERM or SIGINT (SIGHUP reopens
+its audit file, as ``logrotate`` expects).
 
 ::
 
@@ -25,6 +26,7 @@ one line on stderr and exit 2.
 """
 
 import argparse
+import contextlib
 import importlib
 import ipaddress
 import os
@@ -62,7 +64,7 @@ BACKENDS: dict[str, str] = {
 #: Environment variable read for the token when ``--token-file`` is not given.
 TOKEN_ENV: Final = "GAMEDAY_AGENT_TOKEN"
 
-_SHUTDOWN_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_SHUTDOWN_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 def load_backend(spec: str, node: str) -> Backend:
@@ -291,7 +293,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def request_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    def reopen_audit(signum: int, frame: FrameType | None) -> None:
+        if server.audit is not None:  # logrotate's postrotate: kill -HUP
+            with contextlib.suppress(OSError):
+                server.audit.reopen()
+
     previous = {sig: signal.signal(sig, request_stop) for sig in _SHUTDOWN_SIGNALS}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, reopen_audit)
     try:
         server.start()
         if reconciler is not None:

@@ -37,7 +37,8 @@ import structlog
 
 from gameday.agent import openapi
 from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
-from gameday.agent.audit import AuditTrail
+from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase
+from gameday.agent.audited import AuditedBackend
 from gameday.agent.httphead import BadRequestHead, read_request_head
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
@@ -175,7 +176,9 @@ class AgentServer:
         self.tls = tls
         self.audit = audit
         self.metrics = AgentMetrics()
-        self.registry = FaultRegistry(backend, state_path=state_path, node=node, clock=clock,
+        # every change the registry makes reaches the backend after its audit record
+        changes: Backend = backend if audit is None else AuditedBackend(backend, audit)
+        self.registry = FaultRegistry(changes, state_path=state_path, node=node, clock=clock,
                                       metrics=self.metrics, limits=limits)
         self._reap_interval_s = reap_interval_s
         self._httpd = _AgentHTTPServer(host, port, self, max_connections=max_connections,
@@ -356,7 +359,7 @@ class AgentServer:
 _STATUS_OF_ERROR: Final[dict[type[BaseException], int]] = {
     InvalidInput: 400, FaultRejected: 400, PolicyRefused: 403, ProtectedTarget: 403,
     UnknownFault: 404, FaultConflict: 409, RequestResolved: 409, FaultGone: 410,
-    LimitReached: 429, RevertFailed: 500, AgentClosing: 503}
+    LimitReached: 429, RevertFailed: 500, AgentClosing: 503, AuditUnavailable: 503}
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -742,6 +745,9 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self._send_failure(_HTTPFailure(code, message or HTTPStatus(code).phrase))
 
     def _dispatch(self) -> None:
+        """Check the token, read the body, and (but for a read) write the request's
+        ``intent`` audit record before the agent acts on it, its ``outcome`` after; a
+        request without a valid token leaves only a bounded summary."""
         agent = self.server.agent
         path, _, query = self.path.partition("?")
         token: str | None = None
@@ -755,6 +761,8 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
                                    else MAX_BODY_BYTES)
             self._end_deadline()
+            if self.command != "GET":
+                self._record(path, token, body, None, phase="intent", strict=True)
             reply = agent.handle(_Request(self.command, path,
                                           parse_qs(query) if query else {}, body,
                                           prefers_minimal(self._fields.get("prefer"))))
@@ -765,7 +773,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         except Exception as exc:
             agent._log.exception("agent.request_failed", method=self.command, path=path)
             self._record(path, token, body, 500)
-            self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}: {exc}"))
+            self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}"))
             return
         self._record(path, token, body, reply.status)
         self._send(reply.status, reply.body, reply.content_type, reply.headers)
@@ -777,25 +785,36 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                 return peer_identity(self.connection.getpeercert())
         return None
 
-    def _record(self, path: str, token: str | None, body: bytes | None, status: int) -> None:
+    def _record(self, path: str, token: str | None, body: bytes | None, status: int | None,
+                *, phase: Phase = "outcome", strict: bool = False) -> None:
         """The request in the audit trail (but a public GET: probes) and, when it changed
-        something or was refused, in the log at INFO."""
+        something or was refused, in the log at INFO. Without a valid token only a
+        summary is kept (method, path, size, source). ``strict``: raise
+        :class:`_HTTPFailure` (``503``) when the record cannot be written."""
         agent = self.server.agent
         if self.command == "GET" and path in _PUBLIC_PATHS:
             return
         identity = self._identity()
         if agent.audit is not None:
             decoded: object = None
-            if body:
+            size: int | None = len(body) if body is not None else None
+            if token is None:
+                phase = "unauthenticated"
+                if size is None:
+                    with contextlib.suppress(ValueError):
+                        size = int(self._fields.get("content-length", "0").strip() or 0)
+            elif body:
                 with contextlib.suppress(GamedayError):
                     decoded = decode_body(body)
             try:
                 agent.audit.record(source=str(self.client_address[0]), identity=identity,
                                    token=token, method=self.command, path=path,
-                                   status=status, body=decoded)
-            except OSError as exc:
+                                   status=status, body=decoded, phase=phase, size=size)
+            except AuditUnavailable as exc:
                 agent._log.error("agent.audit_failed", error=str(exc))
-        if self.command != "GET" or status >= 400:
+                if strict:
+                    raise _HTTPFailure(503, str(exc)) from None
+        if status is not None and (self.command != "GET" or status >= 400):
             agent._log.info("agent.request", method=self.command, path=path, status=status,
                             client=self.client_address[0], identity=identity, token=token)
 

@@ -150,6 +150,12 @@ def lifelines(args: argparse.Namespace) -> list[pathlib.Path]:
     return [state_dir, *(pathlib.Path(f).absolute().parent for f in files if f)]
 
 
+def _deadline(seconds: float) -> float:
+    if not 0.1 <= seconds <= 600:
+        raise InvalidInput(f"--request-deadline {seconds:g}: must be between 0.1 and 600 s")
+    return seconds
+
+
 def _refuse_lifelines(policy: Policy, where: str) -> None:
     """:class:`InvalidInput` naming each ``paths`` entry of ``policy`` that would let a
     fault reach one of the agent's lifelines."""
@@ -205,6 +211,10 @@ def serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--audit-log", metavar="F",
                         help="append-only JSON-lines audit trail (default: "
                              "D/audit-NAME.jsonl)")
+    parser.add_argument("--request-deadline", type=float, default=10.0, metavar="S",
+                        help="seconds a connection's TLS handshake and first request (and "
+                             "a later request's head and body) may take; a silent "
+                             "connection is closed then (default: 10)")
     parser.add_argument("--reconcile-kubernetes", action="store_true",
                         help="also undo expired gameday marks (cordon, taint) on this node "
                              "through the Kubernetes API (gameday/agent/reconcile.py)")
@@ -279,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             use_state_dir(pathlib.Path(args.state_dir))
         server = AgentServer(backend, token=tokens, state_path=state_path, node=args.node,
                              host=host, port=port, tls=tls, audit=AuditTrail(audit_path),
+                             request_deadline_s=_deadline(args.request_deadline),
                              limits=policy.limits() if policy is not None else None)
     except GamedayError as exc:
         print(f"gameday agent serve: {exc}", file=sys.stderr)

@@ -7,16 +7,18 @@ API is ``docs/agent-api.md``.
 
 Bounded work: at most ``max_connections`` connections are served at once and at most
 ``per_source`` from one address (more are answered ``503`` by the accepting thread,
-which never reads from a client); a TLS handshake, a request head and a request body
-each must arrive within :data:`REQUEST_DEADLINE_S`; the lease reaper is a thread of its
-own that no request holds up. With :class:`gameday.agent.tls.ServerTLS` it speaks TLS
-1.3 only (mutual TLS when the TLS has a client CA); with an
-:class:`gameday.agent.audit.AuditTrail` every request that reached the handler is
-recorded before it is answered.
+which never reads from a client); a connection's TLS handshake and first request must
+arrive within the request deadline (:data:`REQUEST_DEADLINE_S`, or the server's own)
+from its accept, so a silent connection is closed then, and each later request's head
+and body within it from its first byte; the lease reaper is a thread of its own that no
+request holds up. Requests are framed by h11 (:mod:`gameday.agent.framing`). With
+:class:`gameday.agent.tls.ServerTLS` it speaks TLS 1.3 only (mutual TLS when the TLS
+has a client CA); with an :class:`gameday.agent.audit.AuditTrail` every request that
+may change something is recorded before the agent acts on it, and every request when
+it is answered.
 """
 
 import contextlib
-import io
 import json
 import os
 import pathlib
@@ -39,7 +41,7 @@ from gameday.agent import openapi
 from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase
 from gameday.agent.audited import AuditedBackend
-from gameday.agent.httphead import BadRequestHead, read_request_head
+from gameday.agent.framing import FramingError, RequestReader
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
@@ -100,7 +102,7 @@ _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
                                  "/v1/faults:check"})
 
 
-class _HTTPFailure(BadRequestHead):
+class _HTTPFailure(FramingError):
     """An answer other than 2xx, raised inside a handler (``extra``: more fields of its
     JSON error)."""
 
@@ -161,7 +163,8 @@ class AgentServer:
     Active faults are saved in ``state_path``; leftovers from a previous run are
     reverted when the server is created (reason ``agent-restart``). ``reap_interval_s``
     is how often the lease reaper looks for expired leases. ``tls``: serve https (TLS
-    1.3); ``audit``: record every request; ``limits``: the registry's caps (a policy's).
+    1.3); ``audit``: record every request; ``limits``: the registry's caps (a policy's);
+    ``request_deadline_s``: see :attr:`request_deadline_s`.
     """
 
     def __init__(self, backend: Backend, *, token: str | TokenSet, state_path: pathlib.Path,
@@ -169,8 +172,13 @@ class AgentServer:
                  clock: Clock = SYSTEM_CLOCK, reap_interval_s: float = 0.05,
                  tls: ServerTLS | None = None, audit: AuditTrail | None = None,
                  limits: Limits | None = None, max_connections: int = MAX_CONNECTIONS,
-                 per_source: int = PER_SOURCE_CONNECTIONS) -> None:
+                 per_source: int = PER_SOURCE_CONNECTIONS,
+                 request_deadline_s: float | None = None) -> None:
         self._tokens = token if isinstance(token, TokenSet) else TokenSet([token], strict=False)
+        #: Seconds a connection's TLS handshake and first request, or a later request's
+        #: head and body, may take (:data:`REQUEST_DEADLINE_S` unless given).
+        self.request_deadline_s = (REQUEST_DEADLINE_S if request_deadline_s is None
+                                   else request_deadline_s)
         self.backend = backend
         self.node = node
         self.tls = tls
@@ -504,6 +512,7 @@ class _AgentHTTPServer(ThreadingHTTPServer):
         self._sources: Counter[str] = Counter()
         self._health_slots: dict[socket.socket, str] = {}  # each over the caps: its source
         self.deadlines = _Deadlines()
+        self._first = threading.local()  # each connection thread's accept-time deadline
         self._wake_r, self._wake_w = os.pipe()  # shutdown() wakes serve_forever() with it
         os.set_blocking(self._wake_r, False)
         self._stop_serving = False
@@ -608,12 +617,32 @@ class _AgentHTTPServer(ThreadingHTTPServer):
             _lingering_close(request)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        """Handle the connection (after a TLS handshake within
-        :data:`REQUEST_DEADLINE_S`, for https)."""
-        self._finish(request, client_address, self.RequestHandlerClass, REQUEST_DEADLINE_S)
+        """Handle the connection (after a TLS handshake, for https), its handshake and
+        first request within the agent's request deadline."""
+        self._finish(request, client_address, self.RequestHandlerClass,
+                     self.agent.request_deadline_s)
+
+    def first_deadline(self) -> int | None:
+        """The deadline armed at this thread's connection's accept, once: its first
+        request's handler takes it over (None after that)."""
+        handle: int | None = getattr(self._first, "handle", None)
+        self._first.handle = None
+        return handle
 
     def _finish(self, request: Any, client_address: Any, handler: Any,
-                handshake_s: float) -> None:
+                deadline_s: float) -> None:
+        """Serve ``request`` with ``handler``; from now, its TLS handshake and first
+        request must be done within ``deadline_s`` (then the connection is shut)."""
+        self._first.handle = self.deadlines.arm(request, deadline_s)
+        try:
+            self._serve(request, client_address, handler, deadline_s)
+        finally:
+            leftover = self.first_deadline()
+            if leftover is not None:
+                self.deadlines.disarm(leftover)
+
+    def _serve(self, request: Any, client_address: Any, handler: Any,
+               handshake_s: float) -> None:
         tls = self.agent.tls
         if tls is None:
             handler(request, client_address, self)
@@ -665,12 +694,11 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
 
     Of the stdlib's handler it keeps the set-up of a connection and the loop over its
     requests (``handle``); one request (:meth:`handle_one_request`) is read with
-    :mod:`gameday.agent.httphead` and answered with one ``sendall`` of the head
+    h11 (:mod:`gameday.agent.framing`) and answered with one ``sendall`` of the head
     (:func:`gameday.agent.answer.answer_head`) and the body, instead of the stdlib's
     ``send_response``/``send_header``/``end_headers`` and a buffered writer."""
 
     server: _AgentHTTPServer
-    rfile: io.BufferedReader  # as StreamRequestHandler.setup makes it (rbufsize -1)
     path = ""  # until a request line is read (one over 64 KiB is answered before)
     _fields: dict[str, str]  # the request's header fields, by lower-case name
     protocol_version = "HTTP/1.1"
@@ -680,43 +708,55 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # an answer is one write; a pipelined one is not held
     wbufsize = 0  # nothing is written through wfile; the stdlib's unbuffered writer
 
+    def setup(self) -> None:
+        super().setup()
+        self._reader = RequestReader(self.connection.recv)
+
     def handle_one_request(self) -> None:
-        """Read one request and answer it. A malformed head (:mod:`gameday.agent.httphead`)
-        is answered with a one-line JSON error, as is a method without endpoints (501),
-        and the connection closed; a connection idle for :data:`IDLE_CONNECTION_S` is
-        closed. Keep-alive as the stdlib: HTTP/1.1 unless ``Connection: close``, HTTP/1.0
-        only with ``Connection: keep-alive``; ``Expect: 100-continue`` (1.1) is answered
-        before the body is read."""
+        """Read one request (:class:`gameday.agent.framing.RequestReader`, h11) and answer
+        it. A request h11 or the agent cannot frame is answered with a one-line JSON error,
+        as is a method without endpoints (501), and the connection closed. The first
+        request's head and body (and the TLS handshake before them) must arrive within the
+        agent's request deadline from the connection's accept, so a silent connection is
+        closed then; a later request's within the deadline from its first byte, after at
+        most :data:`IDLE_CONNECTION_S` idle. Keep-alive as the stdlib: HTTP/1.1 unless
+        ``Connection: close``, HTTP/1.0 only with ``Connection: keep-alive``;
+        ``Expect: 100-continue`` (1.1) is answered before the body is read."""
         self.command, self.path = "", ""
         self.request_version = "HTTP/1.0"  # until known: errors still get a status line
         self.close_connection = True
         self._fields = {}
-        self._deadline: int | None = None
+        self._deadline: int | None = self.server.first_deadline()
         try:
-            if not self.rfile.peek(1):  # idle (keep-alive) until the first byte
-                return
-            self._deadline = self.server.deadlines.arm(self.connection, self._head_deadline())
+            if self._deadline is None:
+                if not self._reader.wait():  # idle (keep-alive) until the first byte
+                    return
+                self._deadline = self.server.deadlines.arm(self.connection,
+                                                           self._head_deadline())
             try:
-                head = read_request_head(self.rfile)
-            except BadRequestHead as bad:
+                head = self._reader.head()
+            except FramingError as bad:
                 self.send_error(bad.status, bad.message)
                 return
             if head is None:
                 return  # the client closed the connection
-            line, self._fields = head
-            self.command, self.path, self.request_version = line.command, line.path, line.version
+            self._fields = head.fields
+            self.command, self.request_version = head.method, head.version
+            self.path = "/" + head.target.lstrip("/") if head.target.startswith("//") \
+                else head.target  # never an absolute URI without scheme (gh-87389)
             connection = self._fields.get("connection", "").lower()
             if connection in ("close", "keep-alive"):
                 self.close_connection = connection == "close"
             else:
-                self.close_connection = not line.keep_alive
-            if line.keep_alive and self._fields.get("expect", "").lower() == "100-continue":
+                self.close_connection = not head.keep_alive
+            if (head.keep_alive and head.length
+                    and self._fields.get("expect", "").lower() == "100-continue"):
                 self.handle_expect_100()
             if self.command in _METHODS:
                 self._dispatch()
             else:
                 self.send_error(HTTPStatus.NOT_IMPLEMENTED,
-                                f"Unsupported method ({self.command!r})")
+                                f"Unsupported method ({self.command[:32]!r})")
         except (TimeoutError, ConnectionError, ssl.SSLError) as exc:
             self.log_error("Request timed out or broke: %r", exc)
             self.close_connection = True
@@ -725,7 +765,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
 
     def _head_deadline(self) -> float:
         """Seconds the head and body of a request may take."""
-        return REQUEST_DEADLINE_S
+        return self.server.agent.request_deadline_s
 
     def _end_deadline(self) -> None:
         if self._deadline is not None:
@@ -819,24 +859,15 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                             client=self.client_address[0], identity=identity, token=token)
 
     def _read_body(self, limit: int) -> bytes | None:
-        if "chunked" in self._fields.get("transfer-encoding", "").lower():
-            self.close_connection = True
-            raise _HTTPFailure(411, "send the body with a Content-Length, not chunked")
-        raw = self._fields.get("content-length")
-        if raw is None:
+        """The request's body (None without one); :class:`_HTTPFailure` (413 over
+        ``limit``, 400 cut short), the connection then closed."""
+        if "content-length" not in self._fields:
             return None
         try:
-            length = int(raw)
-            if length < 0:
-                raise ValueError
-        except ValueError:
+            return self._reader.body(limit)
+        except FramingError as bad:
             self.close_connection = True
-            raise _HTTPFailure(400, f"bad Content-Length {raw!r}") from None
-        if length > limit:
-            self.close_connection = True
-            raise _HTTPFailure(413, f"body of {length} bytes is over the agent's limit of "
-                               f"{limit} bytes")
-        return self.rfile.read(length) if length else b""
+            raise _HTTPFailure(bad.status, bad.message) from None
 
     def _send_failure(self, failure: _HTTPFailure) -> None:
         extra = dict(failure.extra)
@@ -844,14 +875,15 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         allow = extra.pop("allow", None)
         if allow:
             headers["Allow"] = ", ".join(allow)
-        if failure.status in (401, 411, 413) and self._fields.get("content-length", "0") != "0":
-            self.close_connection = True  # the body was not read
         reply = _json_reply(failure.status, {"error": failure.message, **extra})
         self._send(reply.status, reply.body, reply.content_type, headers)
 
     def _send(self, status: int, body: bytes, content_type: str,
               headers: dict[str, str] | None = None) -> None:
-        """The answer in one write: head and (but to a ``HEAD`` request) body."""
+        """The answer in one write: head and (but to a ``HEAD`` request) body; the
+        connection is closed after it when the request's body was not read whole."""
+        if not self._reader.finished:
+            self.close_connection = True
         self.log_request(status)
         head = answer_head(status, content_type, len(body), _HTTP_DATE.now(), extra=headers,
                            close=self.close_connection)
@@ -895,7 +927,7 @@ class _HealthSlotHandler(_AgentRequestHandler):
         self.handle_one_request()
 
     def _head_deadline(self) -> float:
-        return min(REQUEST_DEADLINE_S, HEALTH_SLOT_DEADLINE_S)
+        return min(self.server.agent.request_deadline_s, HEALTH_SLOT_DEADLINE_S)
 
     def _dispatch(self) -> None:
         self.close_connection = True

@@ -480,6 +480,14 @@ class _Deadlines:
         with self._cond:
             self._armed.pop(handle, None)
 
+    def retarget(self, handle: int, conn: socket.socket) -> None:
+        """Shut ``conn`` instead when ``handle``'s deadline passes (a TLS socket that took
+        over the accepted one's file descriptor)."""
+        with self._cond:
+            armed = self._armed.get(handle)
+            if armed is not None:
+                self._armed[handle] = (armed[0], conn)
+
     def _watch(self) -> None:
         while True:
             with self._cond:
@@ -728,7 +736,9 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self._fields = {}
         self._deadline: int | None = self.server.first_deadline()
         try:
-            if self._deadline is None:
+            if self._deadline is not None:
+                self.server.deadlines.retarget(self._deadline, self.connection)
+            else:
                 if not self._reader.wait():  # idle (keep-alive) until the first byte
                     return
                 self._deadline = self.server.deadlines.arm(self.connection,

@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def threads(pid: int) -> list[int]:
     return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
 
 
-def refused(agent: LiveAgent, target: dict[str, object]) -> AgentError:
+def refused(agent: LiveAgent, target: Mapping[str, Any]) -> AgentError:
     with agent.client() as client, pytest.raises(AgentError) as caught:
         client.inject("process.pause", target, {}, 10)
     return caught.value

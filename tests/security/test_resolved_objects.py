@@ -5,8 +5,9 @@ namespaces, real FUSE, against a live agent over mutual TLS."""
 
 import contextlib
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,8 +37,8 @@ def freezer_group(name: str) -> Iterator[Path]:
             tasks.parent.rmdir()
 
 
-def refused(agent: LiveAgent, kind: str, target: dict[str, object],
-            params: dict[str, object]) -> AgentError:
+def refused(agent: LiveAgent, kind: str, target: Mapping[str, Any],
+            params: Mapping[str, Any]) -> AgentError:
     with agent.client() as client, pytest.raises(AgentError) as caught:
         client.inject(kind, target, params, 10)
     return caught.value

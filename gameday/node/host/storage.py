@@ -16,8 +16,10 @@ allows and gameday may signal (:func:`gameday.node.processes.pin_processes`).
 """
 
 import contextlib
+import errno
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,19 +223,58 @@ class FuseStorageFault:
 def checked_dir(value: object, *, field: str = "target.path") -> Path:
     """``value`` as an absolute directory named without ``..``, ``.`` or a symlink
     anywhere along it (what is named is what would be layered), else
-    :class:`FaultRejected`."""
+    :class:`FaultRejected`. Resolved component by component, each opened with
+    ``O_NOFOLLOW`` relative to the one before (openat-style), and the directory opened so
+    checked to be the one the path names now: a symlink swapped in at any component
+    between the checks is refused."""
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
         raise FaultRejected(f"{field}: needs an absolute directory, got {value!r}")
     parts = value.split("/")
     if ".." in parts or "." in parts:
         raise FaultRejected(f"{field} {value!r}: no '.' or '..' components")
-    real = os.path.realpath(value)
-    if real != os.path.normpath(value):
-        raise FaultRejected(f"{field} {value!r} goes through a symlink (to {real}); "
-                            f"name the real directory")
-    if not os.path.isdir(real):
-        raise FaultRejected(f"{field} {value!r} is not a directory")
+    real = os.path.normpath(value)
+    try:
+        fd = _open_nofollow(real)
+    except NotADirectoryError:
+        raise FaultRejected(f"{field} {value!r} is not a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FaultRejected(f"{field} {value!r} goes through a symlink (to "
+                                f"{os.path.realpath(value)}); name the real directory") from None
+        raise FaultRejected(f"{field} {value!r} is not a directory "
+                            f"({exc.strerror or exc})") from None
+    try:
+        opened, named = os.fstat(fd), os.stat(real, follow_symlinks=False)
+    except OSError:
+        raise FaultRejected(f"{field} {value!r} changed while it was checked") from None
+    finally:
+        os.close(fd)
+    if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino) \
+            or not stat.S_ISDIR(named.st_mode):
+        raise FaultRejected(f"{field} {value!r} changed while it was checked")
     return Path(real)
+
+
+def _open_nofollow(path: str) -> int:
+    """An ``O_PATH`` descriptor of the directory ``path`` (absolute, normalised), every
+    component opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOTDIR and os.path.islink(
+                        os.path.join(f"/proc/self/fd/{fd}", part)):
+                    raise OSError(errno.ELOOP, "a symlink") from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _cgroup_pids(cgroup: Path) -> list[int]:

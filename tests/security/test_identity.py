@@ -4,6 +4,7 @@ goes through a pidfd opened before the check. Against a live agent over mutual T
 real processes and threads."""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -103,3 +104,33 @@ def test_the_pidfd_is_the_process_checked_not_a_later_one_with_its_pid() -> None
     with pytest.raises(Exception, match="exited"):
         pinned.send(signal.SIGSTOP)
     pinned.close()
+
+
+def test_the_preview_reads_nothing_of_a_refused_process_one_pattern_at_a_time(
+        agent_with: Callable[..., LiveAgent]) -> None:
+    """The attack of the issue: guess a refused process's command line (and an ``env``
+    value) one pattern at a time through ``faults:check``. Every prefix of the secret,
+    and random patterns that match nothing, answer the same status and the same line
+    (but for the echoed target), in a check, an inject and a batch."""
+    allowed, secret = unique("gdsec-allowed"), unique("gdsec-secret")
+    agent = agent_with({"kinds": ["process.pause"], "processes": {"cmdline": [allowed]}})
+    victim = sleeper(secret, env={"GDSEC_ENV": secret})
+    agent.started.append(victim)
+    rng = random.Random(7)
+    guesses = [{"cmdline": secret[:n]} for n in range(4, len(secret) + 1)]
+    guesses += [{"env": {"GDSEC_ENV": secret}}, {"pid": victim.pid}]
+    guesses += [{"cmdline": "gdsec-" + "".join(rng.choice("0123456789abcdef") for _ in
+                                               range(rng.randint(1, 12)))} for _ in range(20)]
+    items = [{"kind": "process.pause", "target": target, "lease_s": 5} for target in guesses]
+    with agent.client() as client:
+        results = client.check_many(items)
+        answers = {(r["status"], r["error"].split("} ", 1)[-1]) for r in results}
+        assert answers == {(403, NO_ALLOWED_MATCH)}, answers
+        for item in items[:3] + items[-3:]:
+            with pytest.raises(AgentError) as single:
+                client.inject("process.pause", item["target"], {}, 5)
+            assert single.value.status == 403 and str(single.value).endswith(NO_ALLOWED_MATCH)
+            with pytest.raises(AgentError) as batch:
+                client.inject_many([item])
+            assert batch.value.status == 403 and str(batch.value).endswith(NO_ALLOWED_MATCH)
+    assert state(victim.pid) != "T"

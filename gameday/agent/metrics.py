@@ -19,7 +19,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class AgentMetrics:
     """``gameday_agent_active_faults``, ``gameday_agent_faults_applied_total{kind}``,
     ``gameday_agent_faults_reverted_total{kind,reason}`` and the fault windows
-    ``gameday_fault_active{kind,target,layer,run}``: 1 while a fault is held, 0 after
+    ``gameday_fault_active{kind,target,layer,run,fault}``: 1 while a fault is held, 0 after
     (the last ``ENDED_KEPT`` ended windows are kept at 0, older ones are dropped)."""
 
     #: How many ended fault windows stay exported at 0.
@@ -40,9 +40,10 @@ class AgentMetrics:
         self._reverted_by_label: dict[tuple[str, str], Counter] = {}
         self._window = Gauge("gameday_fault_active",
                              "1 while the fault is held, 0 after: game-day windows.",
-                             ["kind", "target", "layer", "run"], registry=self.registry)
-        self._held: dict[str, tuple[str, str, str, str]] = {}  # fault id -> its labels
-        self._ended: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+                             ["kind", "target", "layer", "run", "fault"],
+                             registry=self.registry)
+        self._held: dict[str, tuple[str, ...]] = {}  # fault id -> its labels
+        self._ended: OrderedDict[tuple[str, ...], None] = OrderedDict()
 
     def expect(self, kinds: Iterable[str], reasons: Iterable[str]) -> None:
         """Export the counters of ``kinds`` (and each revert ``reason``) at zero from now,
@@ -77,9 +78,9 @@ class AgentMetrics:
         """The fault ``fault_id`` is held from now: its window reads 1. ``target`` is
         shown as ``node:key=value,...``, redacted
         (:func:`gameday.agent.redaction.describe_target`: this page needs no token);
-        ``run`` is the run that asked for it."""
+        ``run`` is the run that asked for it; ``fault`` its id."""
         where = describe_target(target)
-        labels = (kind, f"{node}:{where}" if node else where, layer, run)
+        labels = (kind, f"{node}:{where}" if node else where, layer, run, fault_id)
         self._held[fault_id] = labels
         self._ended.pop(labels, None)
         self._window.labels(*labels).set(1)

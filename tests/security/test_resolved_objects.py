@@ -121,3 +121,23 @@ def test_no_storage_fault_reaches_a_lifeline_of_the_agent(
     assert len(check.stderr.strip().splitlines()) == 1 and "Traceback" not in check.stderr
     with pytest.raises(AssertionError, match="what the agent itself needs"):
         agent_with({"kinds": ["storage.stall"], "paths": [str(tmp_path)]})
+
+
+def test_the_host_namespace_under_another_name_is_the_host(
+        agent_with: Callable[..., LiveAgent]) -> None:
+    """``ip netns attach NAME PID`` names this host's own namespace: a fault "in" it is a
+    fault on the host, so the default-route interface must still be named."""
+    from gameday.agent.policy import default_route_interfaces
+
+    defaults = sorted(default_route_interfaces())
+    if not defaults:
+        pytest.skip("no default route on this host")
+    ns = unique("gdsec-hostns")
+    agent = agent_with({"kinds": ["net.loss"], "interfaces": ["*"]})
+    subprocess.run(["ip", "netns", "attach", ns, str(agent.proc.pid)], check=True, timeout=20)
+    try:
+        for target in ({"netns": ns}, {"netns": ns, "link": defaults[0]}):
+            error = refused(agent, "net.loss", target, {"percent": 50})
+            assert error.status == 403 and "default-route" in str(error), (target, error)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], timeout=20)

@@ -57,9 +57,13 @@ class FaultRejected(GamedayError):
     """A backend refused to apply a fault (bad parameters, unsupported, out of range)."""
 
 
+class PolicyRefused(FaultRejected):
+    """The agent's policy does not allow this fault, target or lease (``403``)."""
+
+
 class ProtectedTarget(FaultRejected):
     """A process selector matched a process gameday never signals (itself, an ancestor,
-    an agent, PID 1, ...); the message names each (pid, command, why). Nothing was
+    an agent, PID 1, ...); the message names each (pid and why). Nothing was
     signalled. An agent answers it with ``403``; an orchestrator exits 2."""
 
     exit_code = 2

@@ -1,10 +1,20 @@
-"""The agent's audit trail: one JSON line per request that reached the handler.
+"""The agent's audit trail: JSON lines, each written and ``fsync``'d before what it
+records happens.
 
-Every request the agent read a head of, answered 2xx or 4xx or 5xx, gets a record of
-time, source address, identity (the client certificate's, and the token's fingerprint),
-method, path, fault kind, target, parameters (values of secret-looking keys redacted)
-and status. The file is opened for appending only and each record is flushed and
-``fsync``'d before the answer is sent, so a record outlives a crash of the agent.
+Every request that reaches the handler leaves a record of time, source address,
+identity (the client certificate's, and the token's fingerprint), method, path, fault
+kind, target, parameters (redacted, :func:`gameday.agent.redaction.redact`) and status.
+A request that may change something leaves two: an ``intent`` record before the agent
+acts on it, then its ``outcome``; and every apply and revert of a fault, whoever asks
+for it (a request, the lease reaper, a shutdown), is preceded by an ``apply`` or
+``revert`` record (:class:`gameday.agent.audited.AuditedBackend`). A request without a
+valid token leaves only a bounded summary (method, path, body size, source; never its
+body). When a record cannot be written, the caller learns it (:class:`AuditUnavailable`)
+before acting.
+
+The file is opened for appending only (mode 0600). It is reopened when its path no
+longer names the open file (deleted, or moved by ``logrotate``: checked before each
+record) and on :meth:`AuditTrail.reopen` (the agent's ``SIGHUP``).
 """
 
 import json
@@ -13,23 +23,20 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from gameday.errors import InvalidInput
-from gameday.logs import SECRET_WORDS
+from gameday.agent.redaction import redact
+from gameday.errors import GamedayError, InvalidInput
 
-__all__ = ["AuditTrail", "redact"]
+__all__ = ["AuditTrail", "AuditUnavailable", "Phase", "redact"]
+
+#: What a record is of: a request before it is acted on, its outcome, a summary of a
+#: request without a valid token, or a fault's apply or revert about to happen.
+Phase = Literal["intent", "outcome", "unauthenticated", "apply", "revert"]
 
 
-def redact(value: Any) -> Any:
-    """``value`` with the value of every key that names a secret
-    (:data:`gameday.logs.SECRET_WORDS`) replaced by ``"[redacted]"``, at any depth."""
-    if isinstance(value, Mapping):
-        return {str(k): "[redacted]" if any(w in str(k).lower() for w in SECRET_WORDS)
-                else redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(item) for item in value]
-    return value
+class AuditUnavailable(GamedayError):
+    """The audit record could not be written, so nothing was done (``503``)."""
 
 
 class AuditTrail:
@@ -37,33 +44,78 @@ class AuditTrail:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._lock = threading.Lock()
+        self._fd = -1
+        self._id: tuple[int, int] | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                               0o600)
+            self._open()
         except OSError as exc:
             raise InvalidInput(f"--audit-log {path}: cannot open it "
                                f"({exc.strerror or exc})") from None
-        self._lock = threading.Lock()
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                     | os.O_NOFOLLOW, 0o600)
+        st = os.fstat(fd)
+        old, self._fd, self._id = self._fd, fd, (st.st_dev, st.st_ino)
+        if old >= 0:
+            os.close(old)
+
+    def reopen(self) -> None:
+        """Open ``path`` anew (after ``logrotate`` moved it: its ``postrotate`` sends the
+        agent ``SIGHUP``); records go to the new file from now."""
+        with self._lock:
+            self._open()
+
+    def _current(self) -> None:
+        """Under the lock: reopen when ``path`` is no longer the open file."""
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+            same = (st.st_dev, st.st_ino) == self._id
+        except OSError:
+            same = False
+        if not same or self._fd < 0:
+            self._open()
+
+    def write(self, entry: Mapping[str, Any]) -> None:
+        """Append ``entry`` as one line, durable on return; :class:`AuditUnavailable`
+        if it cannot be."""
+        line = (json.dumps(dict(entry), separators=(",", ":"), default=str) + "\n").encode()
+        with self._lock:
+            try:
+                self._current()
+                os.write(self._fd, line)
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise AuditUnavailable(f"the audit trail {self.path} cannot be written "
+                                       f"({exc.strerror or exc}); nothing was done") from None
 
     def record(self, *, source: str, identity: str | None, token: str | None, method: str,
-               path: str, status: int, body: object = None) -> None:
+               path: str, status: int | None, body: object = None,
+               phase: Phase = "outcome", size: int | None = None) -> None:
         """Append one request's record (``body``: the decoded request, if any; only its
-        kind, target and params, redacted, are kept, or each fault's of a batch)."""
-        entry: dict[str, Any] = {"time": time.time(), "source": source, "identity": identity,
-                                 "token": token, "method": method, "path": path,
-                                 "status": status}
-        if isinstance(body, Mapping):
+        kind, target and params, redacted, are kept, or each fault's of a batch; none of
+        it for ``unauthenticated``, which keeps ``size`` instead)."""
+        entry: dict[str, Any] = {"time": time.time(), "phase": phase, "source": source,
+                                 "identity": identity, "token": token, "method": method[:16],
+                                 "path": path[:256], "status": status}
+        if phase == "unauthenticated":
+            entry["size"] = size
+        elif isinstance(body, Mapping):
             if isinstance(body.get("faults"), list):
                 entry["faults"] = [_fault_fields(item) for item in body["faults"][:1024]]
             else:
                 entry.update(_fault_fields(body))
             if isinstance(body.get("ids"), list):
-                entry["ids"] = body["ids"][:1024]
-        line = (json.dumps(entry, separators=(",", ":"), default=str) + "\n").encode()
-        with self._lock:
-            os.write(self._fd, line)
-            os.fsync(self._fd)
+                entry["ids"] = redact(body["ids"][:1024])
+        self.write(entry)
+
+    def fault(self, phase: Literal["apply", "revert"], fault_id: str, kind: str,
+              target: Mapping[str, Any], params: Mapping[str, Any]) -> None:
+        """Append that fault ``fault_id`` is about to be applied or reverted."""
+        self.write({"time": time.time(), "phase": phase, "fault_id": fault_id, "kind": kind,
+                    "target": redact(dict(target)), "params": redact(dict(params))})
 
     def close(self) -> None:
         with self._lock:

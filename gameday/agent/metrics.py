@@ -8,6 +8,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gameday.agent.redaction import describe_target
+
 __all__ = ["CONTENT_TYPE", "AgentMetrics"]
 
 #: Content type of :meth:`AgentMetrics.render`.
@@ -17,7 +19,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class AgentMetrics:
     """``gameday_agent_active_faults``, ``gameday_agent_faults_applied_total{kind}``,
     ``gameday_agent_faults_reverted_total{kind,reason}`` and the fault windows
-    ``gameday_fault_active{kind,target,layer,run}``: 1 while a fault is held, 0 after
+    ``gameday_fault_active{kind,target,layer,run,fault}``: 1 while a fault is held, 0 after
     (the last ``ENDED_KEPT`` ended windows are kept at 0, older ones are dropped)."""
 
     #: How many ended fault windows stay exported at 0.
@@ -38,9 +40,10 @@ class AgentMetrics:
         self._reverted_by_label: dict[tuple[str, str], Counter] = {}
         self._window = Gauge("gameday_fault_active",
                              "1 while the fault is held, 0 after: game-day windows.",
-                             ["kind", "target", "layer", "run"], registry=self.registry)
-        self._held: dict[str, tuple[str, str, str, str]] = {}  # fault id -> its labels
-        self._ended: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+                             ["kind", "target", "layer", "run", "fault"],
+                             registry=self.registry)
+        self._held: dict[str, tuple[str, ...]] = {}  # fault id -> its labels
+        self._ended: OrderedDict[tuple[str, ...], None] = OrderedDict()
 
     def expect(self, kinds: Iterable[str], reasons: Iterable[str]) -> None:
         """Export the counters of ``kinds`` (and each revert ``reason``) at zero from now,
@@ -73,9 +76,11 @@ class AgentMetrics:
     def held(self, fault_id: str, kind: str, target: Mapping[str, Any], layer: str,
              run: str, *, node: str = "") -> None:
         """The fault ``fault_id`` is held from now: its window reads 1. ``target`` is
-        shown as ``node:key=value,...``; ``run`` is the run that asked for it."""
-        where = ",".join(f"{key}={target[key]}" for key in sorted(target))
-        labels = (kind, f"{node}:{where}" if node else where, layer, run)
+        shown as ``node:key=value,...``, redacted
+        (:func:`gameday.agent.redaction.describe_target`: this page needs no token);
+        ``run`` is the run that asked for it; ``fault`` its id."""
+        where = describe_target(target)
+        labels = (kind, f"{node}:{where}" if node else where, layer, run, fault_id)
         self._held[fault_id] = labels
         self._ended.pop(labels, None)
         self._window.labels(*labels).set(1)

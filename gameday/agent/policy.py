@@ -7,7 +7,9 @@ A policy file (YAML or JSON) says what this agent may do, whatever a caller asks
     processes:                          # process targets: one of these must match
       names: [trainer]
       cmdline: ["python -m train"]      # RE2, searched in the command line
-      cgroups: [/kubepods/burstable]    # a prefix of one of the process's cgroup paths
+      cgroups: [/kubepods/burstable]    # one of the process's cgroup paths is at or
+                                        # under it (by path components: /P allows /P
+                                        # and /P/x, never /PX)
     interfaces: [eth1]                  # "*": any but the default-route interface,
                                         # which is allowed only when named
     gpu_device_settings: false          # real clock / power locks (allow_device_settings)
@@ -17,16 +19,24 @@ A policy file (YAML or JSON) says what this agent may do, whatever a caller asks
     max_processes: 4
 
 Whatever the file says, some things are never allowed: paths under ``/proc``, ``/sys``,
-``/dev``, ``/`` itself, and the agent's state, token, audit and program directories;
-the fixed process denylist of :func:`gameday.node.processes.refusal` (which the host
-backend asks before every signal). On the host backend an agent with no policy refuses
-every target (:data:`NO_POLICY`). :func:`load_policy` refuses unknown keys.
+``/dev``, ``/`` itself, and the agent's lifelines (:meth:`Policy.protecting`: every
+directory it reads or writes at run time, its interpreter and its code); the fixed
+process denylist of :func:`gameday.node.processes.refusal` (which the host backend asks
+before every signal). On the host backend an agent with no policy refuses every target
+(:data:`NO_POLICY`). :func:`load_policy` refuses unknown keys.
+
+Every check is made on the object a fault acts on, as the host's handlers resolve it:
+a process by its thread group (:meth:`Policy.process_guard`), every process of a cgroup
+and the cgroup itself (:meth:`Policy.check_cgroup_dir`), a network namespace and every
+interface in it (:meth:`Policy.check`), a path by its real path. The same checks run for
+an inject, each item of a batch and a ``faults:check`` preview.
 """
 
 import json
 import os
+import shutil
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,10 +45,11 @@ import yaml
 
 from gameday.agent.registry import Limits, PolicyRefused
 from gameday.contract.backend import FaultRequest
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, first_line
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 
-__all__ = ["NO_POLICY", "Policy", "default_route_interfaces", "load_policy"]
+__all__ = ["NO_POLICY", "Policy", "default_route_interfaces", "load_policy",
+           "namespace_interfaces"]
 
 #: The one line a host agent without a policy answers every fault with.
 NO_POLICY: Final = ("this agent has no policy, so it refuses every target: write one "
@@ -61,10 +72,28 @@ def default_route_interfaces() -> frozenset[str]:
 
 
 def _own_dirs() -> list[str]:
-    """Directories of the agent itself: its interpreter, its installed code."""
+    """Directories of the agent itself: its interpreter (the virtual environment's and
+    the base installation's), its installed code, and where the fault filesystem's
+    helper (``fusermount3``) lives."""
     here = Path(__file__).resolve().parent.parent
-    return sorted({os.path.realpath(sys.prefix), os.path.realpath(os.path.dirname(
-        sys.executable)), str(here)})
+    dirs = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
+            os.path.dirname(os.path.realpath(sys.executable)),
+            os.path.realpath(os.path.dirname(sys.executable)), str(here)}
+    for helper in ("fusermount3", "fusermount"):
+        found = shutil.which(helper)
+        if found:
+            dirs.add(os.path.dirname(os.path.realpath(found)))
+    return sorted(dirs)
+
+
+def _same_netns_as_host(netns: str) -> bool:
+    """Whether ``/run/netns/NETNS`` is this agent's own network namespace bind-mounted
+    under a name (then it is the host's, and host rules apply)."""
+    try:
+        named, own = os.stat(f"/run/netns/{netns}"), os.stat("/proc/self/ns/net")
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (own.st_dev, own.st_ino)
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,19 @@ class Policy:
         extra = tuple(os.path.realpath(d) for d in directories)
         return Policy(**{**self.__dict__, "protected": self.protected + extra})
 
+    def never(self) -> list[str]:
+        """Every directory never faulted, nor anything above or below it: the fixed ones
+        (``/proc``, ``/sys``, ``/dev``, ``/run/gameday``), the agent's interpreter and
+        code, and :attr:`protected`."""
+        return [*_NEVER_PATHS, *_own_dirs(), *self.protected]
+
+    def lifelines_allowed(self) -> list[str]:
+        """Each ``paths`` entry that is, holds or is under a directory of :meth:`never`,
+        with that directory (``"ENTRY (DIR)"``): a policy that allows one would let a
+        fault stall the agent itself."""
+        return [f"{allowed} ({d})" for allowed in self.paths for d in self.never()
+                if _under(allowed, d) or _under(d, allowed)]
+
     # -- checks ---------------------------------------------------------------------
 
     def check(self, request: FaultRequest) -> None:
@@ -108,12 +150,8 @@ class Policy:
         for key in ("path", "mount"):
             if key in target:
                 self.check_path(target[key], f"target.{key}")
-        if "link" in target:
-            self.check_interface(target["link"], netns=target.get("netns"))
-        elif request.kind.startswith("net.") and "netns" not in target \
-                and "*" not in self.interfaces:
-            raise PolicyRefused(f"{request.kind} without target.link touches every "
-                                f"interface; {self.source} allows only named ones")
+        if request.kind.startswith("net."):
+            self._check_network(request.kind, target)
         if params.get("allow_device_settings") and not self.gpu_device_settings:
             raise PolicyRefused(f"real GPU clock and power locks are not allowed by "
                                 f"{self.source} (gpu_device_settings)")
@@ -127,14 +165,38 @@ class Policy:
         if not isinstance(value, str) or not value.startswith("/"):
             raise PolicyRefused(f"{field_name} must be an absolute path")
         real = os.path.realpath(value)
-        never = [*_NEVER_PATHS, *_own_dirs(), *self.protected]
-        if real == "/" or any(_under(real, d) or _under(d, real) for d in never):
+        if real == "/" or any(_under(real, d) or _under(d, real) for d in self.never()):
             raise PolicyRefused(f"{field_name} {value} ({real}) is, holds or is under a "
                                 f"directory the agent never faults")
         if not any(_under(real, allowed) for allowed in self.paths):
             raise PolicyRefused(f"{field_name} {real} is not under a path {self.source} "
                                 f"allows ({', '.join(self.paths) or 'none'})")
         return real
+
+    def _check_network(self, kind: str, target: Mapping[str, Any]) -> None:
+        """The interfaces a net kind acts on: ``target.link`` (in ``target.netns`` if
+        given), else every interface of the namespace (of the host without one), each
+        allowed. A namespace that is the agent's own under another name is the host's."""
+        netns = target.get("netns")
+        if isinstance(netns, str) and _same_netns_as_host(netns):
+            netns = None
+        if "link" in target:
+            self.check_interface(target["link"], netns=netns)
+            return
+        if netns is None:
+            if "*" not in self.interfaces:
+                raise PolicyRefused(f"{kind} without target.link touches every interface; "
+                                    f"{self.source} allows only named ones")
+            defaults = default_route_interfaces()
+            if defaults:
+                raise PolicyRefused(f"{kind} without target.link touches every interface, "
+                                    f"the default-route one too ({', '.join(sorted(defaults))}"
+                                    f"), which {self.source} allows only when named")
+            return
+        if not isinstance(netns, str):
+            raise PolicyRefused("target.netns must be a namespace name")
+        for name in namespace_interfaces(netns):
+            self.check_interface(name, netns=netns)
 
     def check_interface(self, link: object, *, netns: object = None) -> None:
         if not isinstance(link, str):
@@ -167,9 +229,57 @@ class Policy:
                           Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
             except (OSError, IndexError):
                 groups = []
-            if any(g.startswith(prefix) for g in groups for prefix in self.process_cgroups):
+            if any(self.cgroup_allowed(g) for g in groups):
                 return None
-        return f"pid {pid} ({ref.name}) is not a process {self.source} allows"
+        return f"pid {pid} is not a process {self.source} allows"
+
+    def cgroup_allowed(self, relative: str) -> bool:
+        """Whether the cgroup path ``relative`` (as ``/proc/PID/cgroup`` shows it) is at
+        or under one of ``processes.cgroups``, by path components."""
+        return any(_under(relative, allowed) for allowed in self.process_cgroups)
+
+    def check_cgroup_dir(self, real: str, pids: Iterable[int],
+                         guard: Callable[[int], str | None]) -> None:
+        """:class:`PolicyRefused` unless the cgroup directory ``real`` (a real path under
+        ``/sys/fs/cgroup``) is at or under an allowed cgroup (``processes.cgroups``, the
+        part below the hierarchy's mount: ``/sys/fs/cgroup/freezer/P/x`` is ``/P/x``) and
+        ``guard`` allows each of ``pids``, every process in it (the answer never names one
+        it does not allow)."""
+        relative = _cgroup_relative(real)
+        if relative is None or relative == "/" or not self.cgroup_allowed(relative):
+            raise PolicyRefused(f"target.cgroup {real} is not a cgroup {self.source} allows "
+                                f"(processes.cgroups: "
+                                f"{', '.join(self.process_cgroups) or 'none'})")
+        for pid in pids:
+            if guard(pid) is not None:
+                raise PolicyRefused(f"target.cgroup {real} holds a process {self.source} "
+                                    f"does not allow")
+
+
+def namespace_interfaces(netns: str) -> list[str]:
+    """The names of every interface of the network namespace ``/run/netns/NETNS``;
+    :class:`PolicyRefused` if it cannot be read (nothing unread is allowed)."""
+    from pyroute2 import IPRoute
+
+    try:
+        with IPRoute(netns=netns) as ipr:
+            return [str(link.get("ifname")) for link in ipr.get_links()]
+    except Exception as exc:
+        raise PolicyRefused(f"target.netns {netns}: cannot list its interfaces "
+                            f"({first_line(exc)})") from None
+
+
+def _cgroup_relative(real: str) -> str | None:
+    """The cgroup path of the directory ``real`` below its hierarchy's mount point
+    (``/sys/fs/cgroup/freezer/a/b`` on v1 and ``/sys/fs/cgroup/a/b`` on v2 are ``/a/b``);
+    None outside ``/sys/fs/cgroup``."""
+    root = "/sys/fs/cgroup"
+    if not _under(real, root):
+        return None
+    parts = [p for p in real[len(root):].split("/") if p]
+    if parts and os.path.ismount(f"{root}/{parts[0]}"):  # a v1 hierarchy (or unified)
+        parts = parts[1:]
+    return "/" + "/".join(parts)
 
 
 def _under(path: str, directory: str) -> bool:

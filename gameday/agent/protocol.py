@@ -20,6 +20,7 @@ __all__ = [
     "MAX_BATCH_BODY_BYTES",
     "MAX_BATCH_ITEMS",
     "MAX_BODY_BYTES",
+    "MAX_BODY_DEPTH",
     "MAX_REQUEST_ID",
     "MINIMAL_FIELDS",
     "PREFER_MINIMAL",
@@ -87,20 +88,44 @@ def _reject_constant(name: str) -> Any:
 _BODY_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+#: Levels of objects and arrays a request body may nest (a fault's target and params
+#: need a handful; the audit trail's redaction keeps this many).
+MAX_BODY_DEPTH: Final = 32
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels (no
+    recursion: any depth is measured)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (item.values() if isinstance(item, dict) else
+                    item if isinstance(item, list) else None)
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def decode_body(raw: bytes) -> Any:
-    """Decode a JSON request body (UTF-8; ``NaN``/``Infinity`` and nesting deeper than
-    the interpreter's recursion limit refused)."""
+    """Decode a JSON request body (UTF-8; ``NaN``/``Infinity`` and objects and arrays
+    nested deeper than :data:`MAX_BODY_DEPTH` levels refused)."""
     try:
         text = raw.decode("utf-8")
         if text.startswith("\ufeff"):  # as json.loads
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)",
                                        text, 0)
-        return _BODY_DECODER.decode(text)
+        value = _BODY_DECODER.decode(text)
     except RecursionError:
         raise InvalidInput("body is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         # json.JSONDecodeError is a ValueError; keep only its first line.
         raise InvalidInput(f"body is not valid JSON: {first_line(exc)}") from None
+    if _deeper_than(value, MAX_BODY_DEPTH):
+        raise InvalidInput(f"body is nested deeper than {MAX_BODY_DEPTH} levels")
+    return value
 
 
 def check_lease(value: object, *, field: str = "lease_s") -> float:

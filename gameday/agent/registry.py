@@ -39,7 +39,14 @@ from gameday.agent.state import StateFile
 from gameday.agent.statewriter import StateWriter
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.contract.backend import Backend, FaultRequest, backend_batch, backend_check
-from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput, first_line
+from gameday.errors import (
+    AgentError,
+    FaultRejected,
+    GamedayError,
+    InvalidInput,
+    PolicyRefused,
+    first_line,
+)
 from gameday.logs import writes_info
 
 __all__ = [
@@ -92,10 +99,6 @@ class FaultGone(GamedayError):
 
 class RevertFailed(GamedayError):
     """The backend failed to revert a fault; the agent keeps retrying (``500``)."""
-
-
-class PolicyRefused(FaultRejected):
-    """The agent's policy does not allow this fault, target or lease (``403``)."""
 
 
 class LimitReached(GamedayError):

@@ -1,4 +1,5 @@
-"""``gameday agent serve``: run one node's agent until SIGTERM, SIGINT or SIGHUP.
+"""``gameday agent serve``: run one node's agent until SIGTERM or SIGINT (SIGHUP reopens
+its audit file, as ``logrotate`` expects).
 
 ::
 
@@ -25,6 +26,7 @@ one line on stderr and exit 2.
 """
 
 import argparse
+import contextlib
 import importlib
 import ipaddress
 import os
@@ -51,8 +53,8 @@ from gameday.errors import GamedayError, InvalidInput
 if TYPE_CHECKING:
     from gameday.agent.reconcile import NodeMarkReconciler
 
-__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen",
-           "serve_parser"]
+__all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "lifelines", "load_backend", "main",
+           "parse_listen", "serve_parser"]
 
 #: Backend names accepted by ``--backend``, each a ``module:callable`` spec (imported
 #: only when chosen). Add yours here or pass the spec itself.
@@ -64,7 +66,7 @@ BACKENDS: dict[str, str] = {
 #: Environment variable read for the token when ``--token-file`` is not given.
 TOKEN_ENV: Final = "GAMEDAY_AGENT_TOKEN"
 
-_SHUTDOWN_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_SHUTDOWN_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 def load_backend(spec: str, node: str) -> Backend:
@@ -139,12 +141,39 @@ def _tls(args: argparse.Namespace, host: str) -> ServerTLS | None:
     return None
 
 
+def lifelines(args: argparse.Namespace) -> list[pathlib.Path]:
+    """The directories of everything the agent reads or writes at run time: its state
+    directory, the audit file's, the token file's, the TLS certificate's, key's and
+    client CA's, the policy file's (with its interpreter and code, which
+    :meth:`Policy.never` adds, none may ever be faulted)."""
+    state_dir = pathlib.Path(args.state_dir)
+    files = [args.audit_log, args.token_file, args.tls_cert, args.tls_key,
+             args.tls_client_ca, getattr(args, "policy", None)]
+    return [state_dir, *(pathlib.Path(f).absolute().parent for f in files if f)]
+
+
+def _deadline(seconds: float) -> float:
+    if not 0.1 <= seconds <= 600:
+        raise InvalidInput(f"--request-deadline {seconds:g}: must be between 0.1 and 600 s")
+    return seconds
+
+
+def _refuse_lifelines(policy: Policy, where: str) -> None:
+    """:class:`InvalidInput` naming each ``paths`` entry of ``policy`` that would let a
+    fault reach one of the agent's lifelines."""
+    allowed = policy.lifelines_allowed()
+    if allowed:
+        raise InvalidInput(f"--policy {where}: paths would let a fault reach what the agent "
+                           f"itself needs at run time: {'; '.join(allowed)}")
+
+
 def _policy(args: argparse.Namespace, backend: Backend,
             protected: list[pathlib.Path]) -> Policy | None:
     policy = load_policy(pathlib.Path(args.policy)) if args.policy else None
     if policy is None:
         return None
     policy = policy.protecting(protected)
+    _refuse_lifelines(policy, args.policy)
     use = getattr(backend, "use_policy", None)
     if callable(use):
         use(policy)
@@ -184,6 +213,10 @@ def serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--audit-log", metavar="F",
                         help="append-only JSON-lines audit trail (default: "
                              "D/audit-NAME.jsonl)")
+    parser.add_argument("--request-deadline", type=float, default=10.0, metavar="S",
+                        help="seconds a connection's TLS handshake and first request (and "
+                             "a later request's head and body) may take; a silent "
+                             "connection is closed then (default: 10)")
     parser.add_argument("--reconcile-kubernetes", action="store_true",
                         help="also undo expired gameday marks (cordon, taint) on this node "
                              "through the Kubernetes API (gameday/agent/reconcile.py)")
@@ -199,9 +232,17 @@ def check_policy(argv: Sequence[str]) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", metavar="FILE", required=True,
                         help="the policy file (YAML, or JSON if it ends in .json)")
+    for flag, default in (("--state-dir", ".gameday/agent"), ("--token-file", None),
+                          ("--tls-cert", None), ("--tls-key", None), ("--tls-client-ca", None),
+                          ("--audit-log", None)):
+        parser.add_argument(flag, default=default, metavar="F",
+                            help="as gameday agent serve takes it: the policy must not let "
+                                 "a fault reach it")
     args = parser.parse_args(argv)
+    args.policy = args.check
     try:
-        policy = load_policy(pathlib.Path(args.check))
+        policy = load_policy(pathlib.Path(args.check)).protecting(lifelines(args))
+        _refuse_lifelines(policy, args.check)
     except GamedayError as exc:
         print(f"gameday agent policy: {exc}", file=sys.stderr)
         return 2
@@ -257,15 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         state_path = pathlib.Path(args.state_dir) / f"agent-{safe_node}.json"
         audit_path = pathlib.Path(args.audit_log or
                                   pathlib.Path(args.state_dir) / f"audit-{safe_node}.jsonl")
-        protected = [pathlib.Path(args.state_dir), audit_path.parent,
-                     *([pathlib.Path(args.token_file).parent] if args.token_file else []),
-                     *[pathlib.Path(f).parent for f in (args.tls_cert, args.tls_key) if f]]
-        policy = _policy(args, backend, protected)
+        policy = _policy(args, backend, [*lifelines(args), audit_path.absolute().parent])
         use_state_dir = getattr(backend, "use_state_dir", None)
         if callable(use_state_dir):  # before the registry reverts leftovers
             use_state_dir(pathlib.Path(args.state_dir))
         server = AgentServer(backend, token=tokens, state_path=state_path, node=args.node,
                              host=host, port=port, tls=tls, audit=AuditTrail(audit_path),
+                             request_deadline_s=_deadline(args.request_deadline),
                              limits=policy.limits() if policy is not None else None)
     except GamedayError as exc:
         print(f"gameday agent serve: {exc}", file=sys.stderr)
@@ -280,7 +319,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def request_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    def reopen_audit(signum: int, frame: FrameType | None) -> None:
+        if server.audit is not None:  # logrotate's postrotate: kill -HUP
+            with contextlib.suppress(OSError):
+                server.audit.reopen()
+
     previous = {sig: signal.signal(sig, request_stop) for sig in _SHUTDOWN_SIGNALS}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, reopen_audit)
     try:
         server.start()
         if reconciler is not None:

@@ -7,16 +7,18 @@ API is ``docs/agent-api.md``.
 
 Bounded work: at most ``max_connections`` connections are served at once and at most
 ``per_source`` from one address (more are answered ``503`` by the accepting thread,
-which never reads from a client); a TLS handshake, a request head and a request body
-each must arrive within :data:`REQUEST_DEADLINE_S`; the lease reaper is a thread of its
-own that no request holds up. With :class:`gameday.agent.tls.ServerTLS` it speaks TLS
-1.3 only (mutual TLS when the TLS has a client CA); with an
-:class:`gameday.agent.audit.AuditTrail` every request that reached the handler is
-recorded before it is answered.
+which never reads from a client); a connection's TLS handshake and first request must
+arrive within the request deadline (:data:`REQUEST_DEADLINE_S`, or the server's own)
+from its accept, so a silent connection is closed then, and each later request's head
+and body within it from its first byte; the lease reaper is a thread of its own that no
+request holds up. Requests are framed by h11 (:mod:`gameday.agent.framing`). With
+:class:`gameday.agent.tls.ServerTLS` it speaks TLS 1.3 only (mutual TLS when the TLS
+has a client CA); with an :class:`gameday.agent.audit.AuditTrail` every request that
+may change something is recorded before the agent acts on it, and every request when
+it is answered.
 """
 
 import contextlib
-import io
 import json
 import os
 import pathlib
@@ -37,8 +39,9 @@ import structlog
 
 from gameday.agent import openapi
 from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
-from gameday.agent.audit import AuditTrail
-from gameday.agent.httphead import BadRequestHead, read_request_head
+from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase
+from gameday.agent.audited import AuditedBackend
+from gameday.agent.framing import FramingError, RequestReader
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
@@ -99,7 +102,7 @@ _BATCH_PATHS: Final = frozenset({"/v1/faults:batch", "/v1/faults:batch-revert",
                                  "/v1/faults:check"})
 
 
-class _HTTPFailure(BadRequestHead):
+class _HTTPFailure(FramingError):
     """An answer other than 2xx, raised inside a handler (``extra``: more fields of its
     JSON error)."""
 
@@ -160,7 +163,8 @@ class AgentServer:
     Active faults are saved in ``state_path``; leftovers from a previous run are
     reverted when the server is created (reason ``agent-restart``). ``reap_interval_s``
     is how often the lease reaper looks for expired leases. ``tls``: serve https (TLS
-    1.3); ``audit``: record every request; ``limits``: the registry's caps (a policy's).
+    1.3); ``audit``: record every request; ``limits``: the registry's caps (a policy's);
+    ``request_deadline_s``: see :attr:`request_deadline_s`.
     """
 
     def __init__(self, backend: Backend, *, token: str | TokenSet, state_path: pathlib.Path,
@@ -168,14 +172,21 @@ class AgentServer:
                  clock: Clock = SYSTEM_CLOCK, reap_interval_s: float = 0.05,
                  tls: ServerTLS | None = None, audit: AuditTrail | None = None,
                  limits: Limits | None = None, max_connections: int = MAX_CONNECTIONS,
-                 per_source: int = PER_SOURCE_CONNECTIONS) -> None:
+                 per_source: int = PER_SOURCE_CONNECTIONS,
+                 request_deadline_s: float | None = None) -> None:
         self._tokens = token if isinstance(token, TokenSet) else TokenSet([token], strict=False)
+        #: Seconds a connection's TLS handshake and first request, or a later request's
+        #: head and body, may take (:data:`REQUEST_DEADLINE_S` unless given).
+        self.request_deadline_s = (REQUEST_DEADLINE_S if request_deadline_s is None
+                                   else request_deadline_s)
         self.backend = backend
         self.node = node
         self.tls = tls
         self.audit = audit
         self.metrics = AgentMetrics()
-        self.registry = FaultRegistry(backend, state_path=state_path, node=node, clock=clock,
+        # every change the registry makes reaches the backend after its audit record
+        changes: Backend = backend if audit is None else AuditedBackend(backend, audit)
+        self.registry = FaultRegistry(changes, state_path=state_path, node=node, clock=clock,
                                       metrics=self.metrics, limits=limits)
         self._reap_interval_s = reap_interval_s
         self._httpd = _AgentHTTPServer(host, port, self, max_connections=max_connections,
@@ -356,7 +367,7 @@ class AgentServer:
 _STATUS_OF_ERROR: Final[dict[type[BaseException], int]] = {
     InvalidInput: 400, FaultRejected: 400, PolicyRefused: 403, ProtectedTarget: 403,
     UnknownFault: 404, FaultConflict: 409, RequestResolved: 409, FaultGone: 410,
-    LimitReached: 429, RevertFailed: 500, AgentClosing: 503}
+    LimitReached: 429, RevertFailed: 500, AgentClosing: 503, AuditUnavailable: 503}
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -469,6 +480,14 @@ class _Deadlines:
         with self._cond:
             self._armed.pop(handle, None)
 
+    def retarget(self, handle: int, conn: socket.socket) -> None:
+        """Shut ``conn`` instead when ``handle``'s deadline passes (a TLS socket that took
+        over the accepted one's file descriptor)."""
+        with self._cond:
+            armed = self._armed.get(handle)
+            if armed is not None:
+                self._armed[handle] = (armed[0], conn)
+
     def _watch(self) -> None:
         while True:
             with self._cond:
@@ -501,6 +520,7 @@ class _AgentHTTPServer(ThreadingHTTPServer):
         self._sources: Counter[str] = Counter()
         self._health_slots: dict[socket.socket, str] = {}  # each over the caps: its source
         self.deadlines = _Deadlines()
+        self._first = threading.local()  # each connection thread's accept-time deadline
         self._wake_r, self._wake_w = os.pipe()  # shutdown() wakes serve_forever() with it
         os.set_blocking(self._wake_r, False)
         self._stop_serving = False
@@ -605,12 +625,32 @@ class _AgentHTTPServer(ThreadingHTTPServer):
             _lingering_close(request)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        """Handle the connection (after a TLS handshake within
-        :data:`REQUEST_DEADLINE_S`, for https)."""
-        self._finish(request, client_address, self.RequestHandlerClass, REQUEST_DEADLINE_S)
+        """Handle the connection (after a TLS handshake, for https), its handshake and
+        first request within the agent's request deadline."""
+        self._finish(request, client_address, self.RequestHandlerClass,
+                     self.agent.request_deadline_s)
+
+    def first_deadline(self) -> int | None:
+        """The deadline armed at this thread's connection's accept, once: its first
+        request's handler takes it over (None after that)."""
+        handle: int | None = getattr(self._first, "handle", None)
+        self._first.handle = None
+        return handle
 
     def _finish(self, request: Any, client_address: Any, handler: Any,
-                handshake_s: float) -> None:
+                deadline_s: float) -> None:
+        """Serve ``request`` with ``handler``; from now, its TLS handshake and first
+        request must be done within ``deadline_s`` (then the connection is shut)."""
+        self._first.handle = self.deadlines.arm(request, deadline_s)
+        try:
+            self._serve(request, client_address, handler, deadline_s)
+        finally:
+            leftover = self.first_deadline()
+            if leftover is not None:
+                self.deadlines.disarm(leftover)
+
+    def _serve(self, request: Any, client_address: Any, handler: Any,
+               handshake_s: float) -> None:
         tls = self.agent.tls
         if tls is None:
             handler(request, client_address, self)
@@ -662,12 +702,11 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
 
     Of the stdlib's handler it keeps the set-up of a connection and the loop over its
     requests (``handle``); one request (:meth:`handle_one_request`) is read with
-    :mod:`gameday.agent.httphead` and answered with one ``sendall`` of the head
+    h11 (:mod:`gameday.agent.framing`) and answered with one ``sendall`` of the head
     (:func:`gameday.agent.answer.answer_head`) and the body, instead of the stdlib's
     ``send_response``/``send_header``/``end_headers`` and a buffered writer."""
 
     server: _AgentHTTPServer
-    rfile: io.BufferedReader  # as StreamRequestHandler.setup makes it (rbufsize -1)
     path = ""  # until a request line is read (one over 64 KiB is answered before)
     _fields: dict[str, str]  # the request's header fields, by lower-case name
     protocol_version = "HTTP/1.1"
@@ -677,43 +716,57 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # an answer is one write; a pipelined one is not held
     wbufsize = 0  # nothing is written through wfile; the stdlib's unbuffered writer
 
+    def setup(self) -> None:
+        super().setup()
+        self._reader = RequestReader(self.connection.recv)
+
     def handle_one_request(self) -> None:
-        """Read one request and answer it. A malformed head (:mod:`gameday.agent.httphead`)
-        is answered with a one-line JSON error, as is a method without endpoints (501),
-        and the connection closed; a connection idle for :data:`IDLE_CONNECTION_S` is
-        closed. Keep-alive as the stdlib: HTTP/1.1 unless ``Connection: close``, HTTP/1.0
-        only with ``Connection: keep-alive``; ``Expect: 100-continue`` (1.1) is answered
-        before the body is read."""
+        """Read one request (:class:`gameday.agent.framing.RequestReader`, h11) and answer
+        it. A request h11 or the agent cannot frame is answered with a one-line JSON error,
+        as is a method without endpoints (501), and the connection closed. The first
+        request's head and body (and the TLS handshake before them) must arrive within the
+        agent's request deadline from the connection's accept, so a silent connection is
+        closed then; a later request's within the deadline from its first byte, after at
+        most :data:`IDLE_CONNECTION_S` idle. Keep-alive as the stdlib: HTTP/1.1 unless
+        ``Connection: close``, HTTP/1.0 only with ``Connection: keep-alive``;
+        ``Expect: 100-continue`` (1.1) is answered before the body is read."""
         self.command, self.path = "", ""
         self.request_version = "HTTP/1.0"  # until known: errors still get a status line
         self.close_connection = True
         self._fields = {}
-        self._deadline: int | None = None
+        self._deadline: int | None = self.server.first_deadline()
         try:
-            if not self.rfile.peek(1):  # idle (keep-alive) until the first byte
-                return
-            self._deadline = self.server.deadlines.arm(self.connection, self._head_deadline())
+            if self._deadline is not None:
+                self.server.deadlines.retarget(self._deadline, self.connection)
+            else:
+                if not self._reader.wait():  # idle (keep-alive) until the first byte
+                    return
+                self._deadline = self.server.deadlines.arm(self.connection,
+                                                           self._head_deadline())
             try:
-                head = read_request_head(self.rfile)
-            except BadRequestHead as bad:
+                head = self._reader.head()
+            except FramingError as bad:
                 self.send_error(bad.status, bad.message)
                 return
             if head is None:
                 return  # the client closed the connection
-            line, self._fields = head
-            self.command, self.path, self.request_version = line.command, line.path, line.version
+            self._fields = head.fields
+            self.command, self.request_version = head.method, head.version
+            self.path = "/" + head.target.lstrip("/") if head.target.startswith("//") \
+                else head.target  # never an absolute URI without scheme (gh-87389)
             connection = self._fields.get("connection", "").lower()
             if connection in ("close", "keep-alive"):
                 self.close_connection = connection == "close"
             else:
-                self.close_connection = not line.keep_alive
-            if line.keep_alive and self._fields.get("expect", "").lower() == "100-continue":
+                self.close_connection = not head.keep_alive
+            if (head.keep_alive and head.length
+                    and self._fields.get("expect", "").lower() == "100-continue"):
                 self.handle_expect_100()
             if self.command in _METHODS:
                 self._dispatch()
             else:
                 self.send_error(HTTPStatus.NOT_IMPLEMENTED,
-                                f"Unsupported method ({self.command!r})")
+                                f"Unsupported method ({self.command[:32]!r})")
         except (TimeoutError, ConnectionError, ssl.SSLError) as exc:
             self.log_error("Request timed out or broke: %r", exc)
             self.close_connection = True
@@ -722,7 +775,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
 
     def _head_deadline(self) -> float:
         """Seconds the head and body of a request may take."""
-        return REQUEST_DEADLINE_S
+        return self.server.agent.request_deadline_s
 
     def _end_deadline(self) -> None:
         if self._deadline is not None:
@@ -742,6 +795,9 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self._send_failure(_HTTPFailure(code, message or HTTPStatus(code).phrase))
 
     def _dispatch(self) -> None:
+        """Check the token, read the body, and (but for a read) write the request's
+        ``intent`` audit record before the agent acts on it, its ``outcome`` after; a
+        request without a valid token leaves only a bounded summary."""
         agent = self.server.agent
         path, _, query = self.path.partition("?")
         token: str | None = None
@@ -755,6 +811,8 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
                                    else MAX_BODY_BYTES)
             self._end_deadline()
+            if self.command != "GET":
+                self._record(path, token, body, None, phase="intent", strict=True)
             reply = agent.handle(_Request(self.command, path,
                                           parse_qs(query) if query else {}, body,
                                           prefers_minimal(self._fields.get("prefer"))))
@@ -765,7 +823,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         except Exception as exc:
             agent._log.exception("agent.request_failed", method=self.command, path=path)
             self._record(path, token, body, 500)
-            self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}: {exc}"))
+            self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}"))
             return
         self._record(path, token, body, reply.status)
         self._send(reply.status, reply.body, reply.content_type, reply.headers)
@@ -777,47 +835,49 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                 return peer_identity(self.connection.getpeercert())
         return None
 
-    def _record(self, path: str, token: str | None, body: bytes | None, status: int) -> None:
+    def _record(self, path: str, token: str | None, body: bytes | None, status: int | None,
+                *, phase: Phase = "outcome", strict: bool = False) -> None:
         """The request in the audit trail (but a public GET: probes) and, when it changed
-        something or was refused, in the log at INFO."""
+        something or was refused, in the log at INFO. Without a valid token only a
+        summary is kept (method, path, size, source). ``strict``: raise
+        :class:`_HTTPFailure` (``503``) when the record cannot be written."""
         agent = self.server.agent
         if self.command == "GET" and path in _PUBLIC_PATHS:
             return
         identity = self._identity()
         if agent.audit is not None:
             decoded: object = None
-            if body:
+            size: int | None = len(body) if body is not None else None
+            if token is None:
+                phase = "unauthenticated"
+                if size is None:
+                    with contextlib.suppress(ValueError):
+                        size = int(self._fields.get("content-length", "0").strip() or 0)
+            elif body:
                 with contextlib.suppress(GamedayError):
                     decoded = decode_body(body)
             try:
                 agent.audit.record(source=str(self.client_address[0]), identity=identity,
                                    token=token, method=self.command, path=path,
-                                   status=status, body=decoded)
-            except OSError as exc:
+                                   status=status, body=decoded, phase=phase, size=size)
+            except AuditUnavailable as exc:
                 agent._log.error("agent.audit_failed", error=str(exc))
-        if self.command != "GET" or status >= 400:
+                if strict:
+                    raise _HTTPFailure(503, str(exc)) from None
+        if status is not None and (self.command != "GET" or status >= 400):
             agent._log.info("agent.request", method=self.command, path=path, status=status,
                             client=self.client_address[0], identity=identity, token=token)
 
     def _read_body(self, limit: int) -> bytes | None:
-        if "chunked" in self._fields.get("transfer-encoding", "").lower():
-            self.close_connection = True
-            raise _HTTPFailure(411, "send the body with a Content-Length, not chunked")
-        raw = self._fields.get("content-length")
-        if raw is None:
+        """The request's body (None without one); :class:`_HTTPFailure` (413 over
+        ``limit``, 400 cut short), the connection then closed."""
+        if "content-length" not in self._fields:
             return None
         try:
-            length = int(raw)
-            if length < 0:
-                raise ValueError
-        except ValueError:
+            return self._reader.body(limit)
+        except FramingError as bad:
             self.close_connection = True
-            raise _HTTPFailure(400, f"bad Content-Length {raw!r}") from None
-        if length > limit:
-            self.close_connection = True
-            raise _HTTPFailure(413, f"body of {length} bytes is over the agent's limit of "
-                               f"{limit} bytes")
-        return self.rfile.read(length) if length else b""
+            raise _HTTPFailure(bad.status, bad.message) from None
 
     def _send_failure(self, failure: _HTTPFailure) -> None:
         extra = dict(failure.extra)
@@ -825,14 +885,15 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         allow = extra.pop("allow", None)
         if allow:
             headers["Allow"] = ", ".join(allow)
-        if failure.status in (401, 411, 413) and self._fields.get("content-length", "0") != "0":
-            self.close_connection = True  # the body was not read
         reply = _json_reply(failure.status, {"error": failure.message, **extra})
         self._send(reply.status, reply.body, reply.content_type, headers)
 
     def _send(self, status: int, body: bytes, content_type: str,
               headers: dict[str, str] | None = None) -> None:
-        """The answer in one write: head and (but to a ``HEAD`` request) body."""
+        """The answer in one write: head and (but to a ``HEAD`` request) body; the
+        connection is closed after it when the request's body was not read whole."""
+        if not self._reader.finished:
+            self.close_connection = True
         self.log_request(status)
         head = answer_head(status, content_type, len(body), _HTTP_DATE.now(), extra=headers,
                            close=self.close_connection)
@@ -876,7 +937,7 @@ class _HealthSlotHandler(_AgentRequestHandler):
         self.handle_one_request()
 
     def _head_deadline(self) -> float:
-        return min(REQUEST_DEADLINE_S, HEALTH_SLOT_DEADLINE_S)
+        return min(self.server.agent.request_deadline_s, HEALTH_SLOT_DEADLINE_S)
 
     def _dispatch(self) -> None:
         self.close_connection = True

@@ -2,8 +2,9 @@
 
 :class:`SignalFault` sends SIGKILL (kill: nothing to revert) or SIGSTOP (pause: revert,
 or ``duration_s`` later, sends SIGCONT) to the processes a resolver picks. Each process
-is remembered with its start time, so a revert never signals a process that reused the
-pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``; and
+is held by a pidfd (:class:`PinnedProcess`) from before it is checked until its revert,
+so neither the signal nor the revert reaches a process that reused the pid. Processes
+are found through ``/proc`` (:func:`find_processes`, like ``pgrep``; and
 :func:`select_processes`, by environment, parent and cgroup as well, for "rank 1 of
 this job" among workers with identical command lines).
 ``cmdline`` patterns are matched with RE2 (linear time: no pattern can stall the agent).
@@ -14,8 +15,6 @@ Every parameter and target key is checked before anything is signalled
 (:func:`check_signal_request`), and :func:`refusal` (a fixed denylist: init, the node's
 kubelet, container runtimes, sshd, journald, this agent's whole thread group and
 the fault filesystems) is asked about every process before it is.
-
-pid. Processes are found through ``/proc`` (:func:`find_processes`, like ``pgrep``).
 
 :func:`protected_processes` names the processes gameday never signals, whoever asks
 (the agent before it signals, the orchestrator when it plans): PID 1, the asking
@@ -37,15 +36,16 @@ from typing import Any, Final
 import re2
 
 from gameday.contract.backend import FaultRequest
-from gameday.errors import FaultRejected, ProtectedTarget
+from gameday.errors import FaultRejected, PolicyRefused, ProtectedTarget
 
-__all__ = ["DENIED_NAMES", "MAX_PROCESSES", "PROCESS_KINDS", "ProcessGuard", "ProcessRef",
+__all__ = ["DENIED_NAMES", "MAX_PROCESSES", "NO_ALLOWED_MATCH", "PROCESS_KINDS",
+           "PinnedProcess", "ProcessGuard", "ProcessRef",
            "ProcessSnapshot", "ProtectedProcess", "Resolver", "SignalFault",
            "check_signal_request", "command_line", "command_text", "compile_cmdline",
            "current_processes", "find_processes", "gameday_role", "one_scan", "parent_pid",
-           "process_cgroup", "process_environ", "process_ref", "process_state",
-           "protected_processes", "refusal", "refuse_protected", "select_processes",
-           "thread_group"]
+           "pin_processes", "process_cgroup", "process_environ", "process_ref",
+           "process_state", "protected_processes", "refusal", "refuse_protected", "release",
+           "select_processes", "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
 
@@ -302,7 +302,9 @@ class ProtectedProcess:
     why: str
 
     def line(self) -> str:
-        return f"pid {self.pid} ({self.command[:120]}): {self.why}"
+        """One line naming the process by pid and why: never its command line, which
+        may carry secrets and belongs to a process nobody may touch."""
+        return f"pid {self.pid}: {self.why}"
 
 
 def _parent(pid: int) -> int:
@@ -447,7 +449,14 @@ ProcessGuard = Callable[[int], str | None]
 
 
 class SignalFault:
-    """``process.kill`` or ``process.pause`` on the pids ``resolve(target, params)`` gives."""
+    """``process.kill`` or ``process.pause`` on the pids ``resolve(target, params)`` gives.
+
+    Every pid is taken to its thread group (a thread's id names its whole process) and a
+    pidfd is opened on that process before anything about it is checked; after the checks
+    the pidfd is asked whether its process is still alive, so the process checked is the
+    process signalled (a pid reused in between is never signalled). A process the policy
+    (``guard``) does not allow is invisible: a selector that matches only such processes
+    is answered exactly as one that matches nothing (:data:`NO_ALLOWED_MATCH`)."""
 
     injected_at = "process"
 
@@ -461,59 +470,59 @@ class SignalFault:
         #: A policy's own check, asked after :func:`refusal` (which is always asked).
         self.guard = guard
         self.max_processes = max_processes
-        self._paused: dict[str, list[ProcessRef]] = {}
+        self._paused: dict[str, list[PinnedProcess]] = {}
         self._timers: dict[str, threading.Timer] = {}
 
-    def _refs(self, request: FaultRequest) -> list[ProcessRef]:
+    def _pinned(self, request: FaultRequest) -> list["PinnedProcess"]:
         check_signal_request(self.kind, request, max_processes=self.max_processes)
         pids = self.resolve(request.target, request.params)
         if any(pid <= 0 for pid in pids):  # 0 and -1 would signal groups, or everything
             raise FaultRejected(f"target: pids must be > 0, got {sorted(pids)[0]}")
-        refuse_protected(pids, f"target {_compact(request.target)}")
-        refs = []
-        for pid in pids:
-            reason = refusal(pid) or (self.guard(pid) if self.guard is not None else None)
-            if reason is not None:
-                raise FaultRejected(f"target: refusing to signal: {reason}; nothing signalled")
-            ref = process_ref(pid)
-            if ref is None:
-                raise FaultRejected(f"target: no live process {pid}")
-            refs.append(ref)
-        if not refs:
-            raise FaultRejected(f"target: {_compact(request.target)} matches no process")
-        limit = int(request.params.get("max_processes") or 1)
-        if len(refs) > limit:
-            matched = "; ".join(f"pid {r.pid} ({command_text(r.pid)[:120]})" for r in refs)
-            raise FaultRejected(f"target: {_compact(request.target)} matches {len(refs)} "
-                                f"processes, params.max_processes is {limit}; nothing "
-                                f"signalled: {matched}")
-        return refs
+        where = f"target {_compact(request.target)}"
+        pinned = pin_processes(pids, self.guard, where)
+        try:
+            if not pinned:
+                raise _no_match(where, self.guard)
+            limit = int(request.params.get("max_processes") or 1)
+            if len(pinned) > limit:
+                matched = "; ".join(f"pid {p.ref.pid} ({command_text(p.ref.pid)[:120]})"
+                                    for p in pinned)
+                raise FaultRejected(f"{where} matches {len(pinned)} processes, "
+                                    f"params.max_processes is {limit}; nothing signalled: "
+                                    f"{matched}")
+        except BaseException:
+            release(pinned)
+            raise
+        return pinned
 
     def check(self, request: FaultRequest) -> dict[str, Any]:
         """What :meth:`apply` would signal, read-only: ``{"processes": [{"pid",
-        "command"}]}``, or the :class:`FaultRejected` it would raise."""
-        return {"processes": [{"pid": ref.pid, "command": " ".join(command_line(ref.pid))
-                               or ref.name} for ref in self._refs(request)]}
+        "command"}]}``, or the error it would raise."""
+        pinned = self._pinned(request)
+        release(pinned)
+        return {"processes": [{"pid": p.ref.pid, "command": " ".join(command_line(p.ref.pid))
+                               or p.ref.name} for p in pinned]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        refs = self._refs(request)
+        pinned = self._pinned(request)
         sig = signal.SIGKILL if self.kind == "process.kill" else signal.SIGSTOP
-        for ref in refs:
-            try:
-                os.kill(ref.pid, sig)
-            except ProcessLookupError:
-                raise FaultRejected(f"target: process {ref.pid} exited") from None
-            except PermissionError:
-                raise FaultRejected(f"target: not allowed to signal process {ref.pid}") from None
-        if self.kind == "process.pause":
-            self._paused[fault_id] = refs
+        try:
+            for process in pinned:
+                process.send(sig)
+        except BaseException:
+            release(pinned)
+            raise
+        if self.kind == "process.kill":
+            release(pinned)
+        else:
+            self._paused[fault_id] = pinned
             duration = request.params.get("duration_s")
             if duration:
-                timer = threading.Timer(float(duration), _continue, args=(refs,))
+                timer = threading.Timer(float(duration), _continue, args=(pinned,))
                 timer.daemon = True
                 self._timers[fault_id] = timer
                 timer.start()
-        return {"signal": sig.name, "processes": [r.to_json() for r in refs]}
+        return {"signal": sig.name, "processes": [p.ref.to_json() for p in pinned]}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         if self.kind == "process.kill":
@@ -521,25 +530,139 @@ class SignalFault:
         timer = self._timers.pop(fault_id, None)
         if timer is not None:
             timer.cancel()
-        refs = self._paused.pop(fault_id, None)
-        if refs is None:  # after an agent restart: continue whatever the target names now
+        pinned = self._paused.pop(fault_id, None)
+        if pinned is None:  # after an agent restart: continue whatever the target names now
             pids: list[int] = []
             with contextlib.suppress(FaultRejected, ValueError, OSError):
                 pids = self.resolve(request.target, request.params)
-            refs = [r for r in map(process_ref, pids) if r is not None]
-        _continue(refs)
+            pinned = [p for p in map(PinnedProcess.open, _groups(pids)) if p is not None]
+        _continue(pinned)
+        release(pinned)
+
+
+#: What a process selector that matches no process the policy allows is answered.
+NO_ALLOWED_MATCH: Final = "matches no live process the agent's policy allows"
+
+
+def _no_match(where: str, guard: ProcessGuard | None) -> FaultRejected:
+    """The one answer to "matches nothing" and "matches only what the policy does not
+    allow" (``403`` under a policy, so both read the same)."""
+    if guard is None:
+        return FaultRejected(f"{where} matches no process")
+    return PolicyRefused(f"{where} {NO_ALLOWED_MATCH}")
+
+
+class PinnedProcess:
+    """A live process held by a pidfd (``os.pidfd_open``): a signal sent through it
+    reaches that process or none, never a later one that reused its pid."""
+
+    def __init__(self, ref: ProcessRef, fd: int) -> None:
+        self.ref = ref
+        self._fd = fd
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, pid: int) -> "PinnedProcess | None":
+        """The process ``pid`` now (None if gone or a zombie)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        ref = process_ref(pid)  # read after the pidfd: it is the pidfd's, or gone
+        if ref is None or not _alive(fd):
+            os.close(fd)
+            return None
+        return cls(ref, fd)
+
+    def alive(self) -> bool:
+        """Whether the pinned process still runs (not reaped)."""
+        with self._lock:
+            return self._fd >= 0 and _alive(self._fd)
+
+    def send(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the pinned process; :class:`FaultRejected` if it exited."""
+        with self._lock:
+            try:
+                if self._fd < 0:
+                    raise ProcessLookupError
+                signal.pidfd_send_signal(self._fd, sig)
+            except ProcessLookupError:
+                raise FaultRejected(f"target: process {self.ref.pid} exited") from None
+            except PermissionError:
+                raise FaultRejected(f"target: not allowed to signal process "
+                                    f"{self.ref.pid}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def _alive(fd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(fd, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release(pinned: Iterable[PinnedProcess]) -> None:
+    """Close the pidfds of ``pinned``."""
+    for process in pinned:
+        process.close()
+
+
+def _groups(pids: Iterable[int]) -> list[int]:
+    """The thread groups (processes) of ``pids`` (a tid names its process), in order,
+    each once; gone ones left out."""
+    return list(dict.fromkeys(g for g in map(thread_group, pids) if g is not None))
+
+
+def pin_processes(pids: Iterable[int], guard: ProcessGuard | None,
+                  where: str) -> list[PinnedProcess]:
+    """The processes of ``pids`` (their thread groups) that ``guard`` allows, each pinned
+    by a pidfd opened before it was checked and found alive after; the others are left
+    out, unnamed. Raises :class:`ProtectedTarget` (``403``; nothing pinned) when one
+    that is allowed is protected (:func:`protected_processes`) or denied
+    (:func:`refusal`): the answer names its pid and why, never its command line."""
+    pinned: list[PinnedProcess] = []
+    try:
+        for group in _groups(pids):
+            process = PinnedProcess.open(group)
+            if process is None:
+                continue
+            if guard is not None and guard(group) is not None:
+                process.close()
+                continue
+            pinned.append(process)
+        refuse_protected([p.ref.pid for p in pinned], where)
+        for process in pinned:
+            reason = refusal(process.ref.pid)
+            if reason is not None:
+                raise ProtectedTarget(f"{where}: refusing to signal: {reason}; "
+                                      f"nothing signalled")
+        gone = [p for p in pinned if not p.alive()]  # checked another process: drop it
+        for process in gone:
+            pinned.remove(process)
+            process.close()
+    except BaseException:
+        release(pinned)
+        raise
+    return pinned
 
 
 def _compact(target: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v!r}" for k, v in target.items()) + "}"
 
 
-def _continue(refs: list[ProcessRef]) -> None:
-    """SIGCONT each process that is still the one that was stopped."""
-    for ref in refs:
-        if ref.current():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(ref.pid, signal.SIGCONT)
+def _continue(pinned: list[PinnedProcess]) -> None:
+    """SIGCONT each pinned process that still runs."""
+    for process in pinned:
+        with contextlib.suppress(FaultRejected):
+            process.send(signal.SIGCONT)
 
 
 def process_environ(pid: int) -> dict[str, str]:

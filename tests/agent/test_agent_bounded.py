@@ -23,7 +23,7 @@ from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError
 from gameday.node.host.fusefs import FaultFsLayers
 from gameday.node.host.storage import FuseStorageFault
-from gameday.node.processes import MAX_PATTERN_CHARS
+from gameday.node.processes import MAX_PATTERN_CHARS, NO_ALLOWED_MATCH
 from tests.agent.agent_marker import KIND, MarkerBackend, kill, read_url, run_agent
 from tests.waiting import wait_until
 
@@ -139,7 +139,7 @@ def test_a_live_agent_answers_health_under_backtracking_patterns_and_big_checks(
         for _ in range(20):
             with pytest.raises(AgentError) as refused:
                 client.inject("process.pause", {"cmdline": BACKTRACKING}, {}, 10)
-            assert refused.value.status == 400 and "matches no process" in str(refused.value)
+            assert refused.value.status == 403 and NO_ALLOWED_MATCH in str(refused.value)
         distinct = [{"kind": "process.pause",
                      "target": {"cmdline": f"(a+)+\\x00|gdbound-x{n:04d}"}, "lease_s": 10}
                     for n in range(MAX_BATCH_ITEMS - 1)]
@@ -147,10 +147,10 @@ def test_a_live_agent_answers_health_under_backtracking_patterns_and_big_checks(
         results = client.check_many([*distinct, pattern_item])
         check_s = time.monotonic() - started
         assert len(results) == MAX_BATCH_ITEMS
-        assert {r["status"] for r in results} == {400}  # each matches no process
+        assert {r["status"] for r in results} == {403}  # each matches no process
         with pytest.raises(AgentError) as batch:
             client.inject_many(distinct)
-        assert batch.value.status == 400
+        assert batch.value.status == 403
         paused = client.inject("process.pause", {"cmdline": "gdbound-.*a{60}$"}, {}, 10)
         assert paused["details"]["processes"][0]["pid"] == holder.pid
         client.revert(paused["id"])

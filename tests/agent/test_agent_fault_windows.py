@@ -1,4 +1,4 @@
-"""The agent's fault windows: ``gameday_fault_active{kind,target,layer,run}`` reads 1 while
+"""The agent's fault windows: ``gameday_fault_active{kind,target,layer,run,fault}`` reads 1 while
 a fault is held and 0 after, however it ends (revert, batch, lease expiry)."""
 
 import pathlib
@@ -39,6 +39,18 @@ def test_a_held_fault_reads_one_then_zero_after_its_revert(registry: FaultRegist
     assert windows(registry) == {(KIND, "n1:gpu=0", layer, "run-a"): 1.0}
     registry.revert(fault.id)
     assert windows(registry) == {(KIND, "n1:gpu=0", layer, "run-a"): 0.0}
+
+
+def test_a_window_names_its_fault_and_shows_its_target_redacted(
+        registry: FaultRegistry) -> None:
+    fault = registry.apply(FaultRequest(KIND, {"gpu": 3, "api_token": "s3cr3t-planted"}, {},
+                                        run="run-c"), 30)
+    text = registry.metrics.render().decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "gameday_fault_active"]
+    [sample] = family.samples
+    assert sample.labels["fault"] == fault.id
+    assert sample.labels["target"] == "n1:api_token=[redacted],gpu=3"
+    assert "s3cr3t-planted" not in text
 
 
 def test_a_batch_and_an_expired_lease_close_their_windows(registry: FaultRegistry,

@@ -1,5 +1,6 @@
-"""The agent's own reading of request heads (gameday/agent/httphead.py) and writing of
-answer heads (gameday/agent/answer.py), over a real socket with hand-written bytes:
+"""The agent's reading of request heads (h11, gameday/agent/framing.py) and its own
+writing of answer heads (gameday/agent/answer.py), over a real socket with hand-written
+bytes:
 keep-alive as HTTP/1.x says, a head read the same whether it came in one piece or in
 many, the exact status line and fields of answers, and a malformed head answered with a
 one-line JSON error on a closed connection."""
@@ -14,7 +15,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from gameday.agent.httphead import MAX_FIELDS, MAX_LINE_BYTES
+from gameday.agent.framing import MAX_FIELDS, MAX_HEAD_BYTES
 from gameday.agent.server import AgentServer
 from tests.agent.agent_marker import MarkerBackend
 
@@ -83,7 +84,8 @@ def test_answers_carry_the_status_line_and_fields_in_the_stdlib_order(
         conn: socket.socket) -> None:
     stream = conn.makefile("rb")
     conn.sendall(get("/healthz") + get("/v1/faults") + b"DELETE /healthz HTTP/1.1\r\n"
-                 b"Content-Length: 0\r\n\r\n" + b"HEAD /healthz HTTP/1.1\r\n\r\n")
+                 b"Host: a\r\nContent-Length: 0\r\n\r\n"
+                 + b"HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
     expected: list[tuple[bytes, list[bytes]]] = [
         (b"HTTP/1.1 200 OK\r\n", []),
         (b"HTTP/1.1 401 Unauthorized\r\n",
@@ -117,32 +119,46 @@ def revert_none(*tokens: str) -> bytes:
 def test_a_head_is_read_the_same_in_one_piece_or_many(conn: socket.socket,
                                                       pieces: int) -> None:
     stream = conn.makefile("rb")
-    send_in_pieces(conn, revert_none(TOKEN, "wrong"), pieces)
-    status, _, answer = read_reply(stream)  # of a repeated field the first value counts
+    send_in_pieces(conn, revert_none(TOKEN), pieces)
+    status, _, answer = read_reply(stream)
     assert status == 200 and answer["failed"][0]["id"] == "f-none"
     conn.sendall(get("/healthz") * 2)  # pipelined: both in one write
     assert read_reply(stream)[0] == read_reply(stream)[0] == 200
-    send_in_pieces(conn, revert_none("wrong", TOKEN), pieces)
+    send_in_pieces(conn, revert_none("wrong"), pieces)
     status, fields, _ = read_reply(stream)  # the body is left unread: the connection ends
     assert status == 401 and fields["connection"] == "close" and closed(stream)
 
 
+def test_a_second_authorization_field_is_refused_whichever_comes_first(
+        agent: AgentServer) -> None:
+    host, port = agent.url.removeprefix("http://").rsplit(":", 1)
+    for tokens in ((TOKEN, "wrong"), ("wrong", TOKEN)):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            stream = sock.makefile("rb")
+            sock.sendall(revert_none(*tokens))
+            status, fields, answer = read_reply(stream)
+            assert status == 400 and "more than one Authorization" in answer["error"]
+            assert fields["connection"] == "close" and closed(stream)
+
+
 @pytest.mark.parametrize(("head", "status", "names"), [
-    (b"GET /healthz\r\n\r\n", 400, "bad request line"),
-    (b"GET /healthz HTTP/1.1 extra\r\n\r\n", 400, "bad request line"),
-    (b"GET /healthz HTTP/x.1\r\n\r\n", 400, "bad HTTP version"),
+    (b"GET /healthz\r\n\r\n", 400, "bad request"),
+    (b"GET /healthz HTTP/1.1 extra\r\n\r\n", 400, "bad request"),
+    (b"GET /healthz HTTP/x.1\r\n\r\n", 400, "bad request"),
     (b"GET /healthz HTTP/2.0\r\n\r\n", 505, "not supported"),
-    (b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", 400, "bad header line"),
-    (b"GET /healthz HTTP/1.1\r\nBad Name: x\r\n\r\n", 400, "bad header line"),
-    (b"GET /healthz HTTP/1.1\r\nHost: a\r\n folded: x\r\n\r\n", 400, "bad header line"),
-    (b"GET /healthz HTTP/1.1\r\nbad\r\n" + b"X-A: 1\r\n" * MAX_FIELDS + b"\r\n", 400,
-     "bad header line"),  # the first fault in the head is the one answered
-    (b"GET /healthz HTTP/1.1\r\n" + b"X-A: 1\r\n" * (MAX_FIELDS + 1) + b"\r\n", 431,
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\nno colon here\r\n\r\n", 400, "bad request"),
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", 400, "bad request"),
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\n folded: x\r\n\r\n", 400, "bad request"),
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\nbad\r\n" + b"X-A: 1\r\n" * MAX_FIELDS + b"\r\n", 400,
+     "bad request"),  # the first fault in the head is the one answered
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"X-A: 1\r\n" * (MAX_FIELDS + 1) + b"\r\n", 431,
      "more than 100 header fields"),
-    (b"GET /healthz HTTP/1.1\r\nX-A: " + b"a" * MAX_LINE_BYTES + b"\r\n\r\n", 431,
-     "over 65536 bytes"),
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n", 431,
+     "bad request"),
     (b"BREW /healthz HTTP/1.1\r\nHost: a\r\n\r\n", 501, "Unsupported method"),
-    (b"GET /" + b"a" * MAX_LINE_BYTES + b" HTTP/1.1\r\n\r\n", 414, "URI Too Long"),
+    (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "Host"),  # HTTP/1.1 requires one
+    (b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "multiple Host"),
+    (b"GET /" + b"a" * MAX_HEAD_BYTES + b" HTTP/1.1\r\nHost: a\r\n\r\n", 431, "bad request"),
 ])
 @pytest.mark.parametrize("pieces", [1, 2])
 def test_a_malformed_head_is_a_one_line_json_error_and_closes(

@@ -76,12 +76,16 @@ def test_mutual_tls_lets_in_only_a_client_with_a_certificate(
     plain.close()
     records = [json.loads(line) for line in
                (tmp_path / "audit" / "audit.jsonl").read_text().splitlines()]
-    injected = next(r for r in records if r["method"] == "POST")
+    injected = next(r for r in records if r.get("method") == "POST"
+                    and r["phase"] == "outcome")
     assert injected["identity"] == "uri:spiffe://gd/orch"
     assert injected["token"].startswith("token:") and TOKEN not in json.dumps(records)
     assert injected["kind"] == KIND and injected["status"] == 201
     assert injected["params"] == {"note": "x", "api_token": "[redacted]"}
-    assert any(r["method"] == "DELETE" and r["status"] == 200 for r in records)
+    assert any(r.get("method") == "DELETE" and r["status"] == 200 for r in records)
+    # each change came after its record: intent, apply, outcome; intent, revert, outcome
+    assert [r["phase"] for r in records if r["phase"] != "unauthenticated"] == [
+        "intent", "apply", "outcome", "intent", "revert", "outcome"]
 
 
 def test_tls_below_1_3_is_refused(pki: Pki, mtls_agent: AgentServer) -> None:

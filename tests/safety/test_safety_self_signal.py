@@ -122,7 +122,7 @@ def test_the_agent_refuses_a_selector_that_matches_an_agent_and_signals_nothing(
             with pytest.raises(AgentError) as refused:
                 client.inject("process.kill", {"cmdline": tag}, {"max_processes": 5}, 30)
             assert refused.value.status == 403
-            assert f"pid {other.pid} (" in str(refused.value)
+            assert f"pid {other.pid}: a gameday agent" in str(refused.value)
             assert "a gameday agent" in str(refused.value)
             assert "nothing signalled" in str(refused.value)
             for pid, why in ((1, "PID 1 (init)"), (os.getpid(), "this process")):
@@ -151,7 +151,7 @@ def test_a_run_whose_selector_matches_itself_exits_2_before_anything_runs(
     with process_agent(tmp_path) as server:
         proc, out, err = _run(tmp_path, path, server)
         assert proc.returncode == 2, out + err
-        assert f"pid {proc.pid} (" in err and "a gameday orchestrator (gameday run)" in err
+        assert f"pid {proc.pid}: " in err and "a gameday orchestrator (gameday run)" in err
         assert "nothing signalled" in err and len(err.strip().splitlines()) == 1, err
         assert server.registry.faults() == []
 
@@ -165,5 +165,5 @@ def test_a_selector_known_only_at_run_time_is_refused_by_the_agent_with_exit_2(
     with process_agent(tmp_path) as server:
         proc, out, err = _run(tmp_path, path, server)
         assert proc.returncode == 2, out + err
-        assert f"pid {proc.pid} (" in out + err
+        assert f"pid {proc.pid}: " in out + err
         wait_until(lambda: server.registry.faults() == [], what="no fault")

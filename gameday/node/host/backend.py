@@ -40,6 +40,9 @@ class HostBackend:
         settings before each apply, its processes before each signal."""
         self.policy = policy
         for handler in self._all.values():
+            hook = getattr(handler, "use_policy", None)
+            if callable(hook):  # a handler that checks what it resolves (the freezer)
+                hook(policy)
             if isinstance(handler, SignalFault):
                 handler.guard = policy.process_guard
                 handler.max_processes = policy.max_processes

@@ -7,23 +7,40 @@ freezer.
 ``mechanism: freezer`` and target ``{"cgroup": DIR}`` (an existing cgroup) or
 ``{"pid": N}`` freezes the tasks instead (v1 ``freezer.state``, v2 ``cgroup.freeze``,
 whichever the host has): what a process looks like when all its I/O stops.
+
+The freezer asks the agent's policy (:meth:`FuseStorageFault.use_policy`) about what it
+would really freeze: a pid is taken to its process (a thread's id to its thread group)
+and must be one the policy allows; a cgroup must be one the policy's
+``processes.cgroups`` allows, and every process in it (and below it) one the policy
+allows and gameday may signal (:func:`gameday.node.processes.pin_processes`).
 """
 
 import contextlib
+import errno
 import os
 import shutil
+import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gameday.contract.backend import FaultRequest
-from gameday.errors import FaultRejected
+from gameday.errors import FaultRejected, PolicyRefused
 from gameday.node.cgroups import BoundedGroup, CgroupError, detect, group_prefix
 from gameday.node.faultfs.control import ControlError
 from gameday.node.faultfs.mount import mount_table
 from gameday.node.faultfs.rules import Rule, RuleError, rule_for_fault
 from gameday.node.host.base import HostFault
 from gameday.node.host.fusefs import FaultFsLayers
-from gameday.node.processes import command_line, refusal
+from gameday.node.processes import (
+    NO_ALLOWED_MATCH,
+    ProcessGuard,
+    command_line,
+    pin_processes,
+    release,
+)
+
+if TYPE_CHECKING:
+    from gameday.agent.policy import Policy
 
 __all__ = ["FuseStorageFault", "checked_dir", "handlers"]
 
@@ -55,6 +72,14 @@ class FuseStorageFault:
         self.kind = kind
         self.layers = layers
         self._frozen: dict[str, tuple[BoundedGroup | Path, int | None, str | None]] = {}
+        self.policy: Policy | None = None
+
+    def use_policy(self, policy: "Policy") -> None:
+        """Ask ``policy`` about every process and cgroup the freezer would freeze."""
+        self.policy = policy
+
+    def _guard(self) -> ProcessGuard | None:
+        return self.policy.process_guard if self.policy is not None else None
 
     def unavailable(self) -> str | None:
         return _fuse_unavailable()
@@ -125,13 +150,21 @@ class FuseStorageFault:
             if _holds_agent(Path(real)):
                 raise FaultRejected(f"target.cgroup {real} holds this agent; "
                                     f"freezing it would freeze the agent")
+            pids = _cgroup_pids(Path(real))
+            if self.policy is not None:
+                self.policy.check_cgroup_dir(real, pids, self.policy.process_guard)
+            release(pin_processes(pids, None, f"target.cgroup {real}"))  # protected, denied
             return real, None
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
             raise FaultRejected("target: freezer needs {cgroup: DIR} or {pid: N > 1}")
-        reason = refusal(pid)
-        if reason is not None:
-            raise FaultRejected(f"target: refusing to freeze: {reason}")
-        return None, pid
+        where = f"target {{pid: {pid}}}"
+        pinned = pin_processes([pid], self._guard(), where)
+        release(pinned)
+        if not pinned:
+            if self.policy is None:
+                raise FaultRejected(f"{where} matches no process")
+            raise PolicyRefused(f"{where} {NO_ALLOWED_MATCH}")
+        return None, pinned[0].ref.pid
 
     def _freeze(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         try:
@@ -190,19 +223,72 @@ class FuseStorageFault:
 def checked_dir(value: object, *, field: str = "target.path") -> Path:
     """``value`` as an absolute directory named without ``..``, ``.`` or a symlink
     anywhere along it (what is named is what would be layered), else
-    :class:`FaultRejected`."""
+    :class:`FaultRejected`. Resolved component by component, each opened with
+    ``O_NOFOLLOW`` relative to the one before (openat-style), and the directory opened so
+    checked to be the one the path names now: a symlink swapped in at any component
+    between the checks is refused."""
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
         raise FaultRejected(f"{field}: needs an absolute directory, got {value!r}")
     parts = value.split("/")
     if ".." in parts or "." in parts:
         raise FaultRejected(f"{field} {value!r}: no '.' or '..' components")
-    real = os.path.realpath(value)
-    if real != os.path.normpath(value):
-        raise FaultRejected(f"{field} {value!r} goes through a symlink (to {real}); "
-                            f"name the real directory")
-    if not os.path.isdir(real):
-        raise FaultRejected(f"{field} {value!r} is not a directory")
+    real = os.path.normpath(value)
+    try:
+        fd = _open_nofollow(real)
+    except NotADirectoryError:
+        raise FaultRejected(f"{field} {value!r} is not a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FaultRejected(f"{field} {value!r} goes through a symlink (to "
+                                f"{os.path.realpath(value)}); name the real directory") from None
+        raise FaultRejected(f"{field} {value!r} is not a directory "
+                            f"({exc.strerror or exc})") from None
+    try:
+        opened, named = os.fstat(fd), os.stat(real, follow_symlinks=False)
+    except OSError:
+        raise FaultRejected(f"{field} {value!r} changed while it was checked") from None
+    finally:
+        os.close(fd)
+    if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino) \
+            or not stat.S_ISDIR(named.st_mode):
+        raise FaultRejected(f"{field} {value!r} changed while it was checked")
     return Path(real)
+
+
+def _open_nofollow(path: str) -> int:
+    """An ``O_PATH`` descriptor of the directory ``path`` (absolute, normalised), every
+    component opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOTDIR and os.path.islink(
+                        os.path.join(f"/proc/self/fd/{fd}", part)):
+                    raise OSError(errno.ELOOP, "a symlink") from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _cgroup_pids(cgroup: Path) -> list[int]:
+    """Every process in ``cgroup`` and the cgroups below it (``cgroup.procs``, else v1
+    ``tasks``: thread ids, which the checks take to their processes)."""
+    pids: list[int] = []
+    for directory, _, files in os.walk(cgroup):
+        for name in ("cgroup.procs", "tasks"):
+            if name in files:
+                with contextlib.suppress(OSError, ValueError):
+                    pids.extend(int(word) for word in
+                                (Path(directory) / name).read_text().split())
+                break
+    return list(dict.fromkeys(pids))
 
 
 def _holds_agent(cgroup: Path) -> bool:

@@ -1,0 +1,75 @@
+"""What the agent shows of a request where its values may not go: the audit trail and
+the unauthenticated ``/metrics``.
+
+:func:`redact` is the one redaction of the agent: the value of every key that names a
+secret (:data:`gameday.logs.SECRET_WORDS`) and every value of a process selector's
+``env`` (an environment value is a secret as often as not) become ``"[redacted]"``, at
+any depth up to :data:`MAX_DEPTH` (deeper is cut to ``"[too deep]"``). It never raises:
+whatever it is given, it answers. :func:`describe_target` is the one line a fault's
+target is shown as on ``/metrics``, made from :func:`redact`'s answer.
+"""
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gameday.logs import SECRET_WORDS
+
+__all__ = ["MAX_DEPTH", "REDACTED", "describe_target", "redact"]
+
+REDACTED: Final = "[redacted]"
+#: Levels kept; a request body deeper than this is refused before it is redacted.
+MAX_DEPTH: Final = 32
+#: Longest string kept on the open surface (a label value), in characters.
+_LABEL_CHARS: Final = 120
+#: Keys whose every value is redacted, whatever the value's own key says.
+_SECRET_VALUED: Final = frozenset({"env"})
+
+
+def _secret_key(key: object) -> bool:
+    return any(word in str(key).lower() for word in SECRET_WORDS)
+
+
+def redact(value: Any) -> Any:
+    """``value`` with secrets redacted (see the module doc); plain JSON types only
+    (anything else is shown by its ``str``). Never raises."""
+    try:
+        return _redact(value, 0, under_secret=False)
+    except Exception:  # a str() that raises, say: nothing of it is shown
+        return REDACTED
+
+
+def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
+    if depth >= MAX_DEPTH:
+        return "[too deep]"
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in list(value.items())[:1024]:
+            name = str(key)
+            if under_secret or _secret_key(name):
+                out[name] = REDACTED
+            else:
+                out[name] = _redact(item, depth + 1, under_secret=name in _SECRET_VALUED)
+        return out
+    if isinstance(value, list | tuple):
+        return [_redact(item, depth + 1, under_secret=under_secret) for item in value[:1024]]
+    if under_secret:
+        return REDACTED
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def describe_target(target: Mapping[str, Any]) -> str:
+    """``key=value,...`` (sorted keys) of the redacted ``target``, nested values as
+    compact JSON, each value cut to 120 characters: what ``/metrics`` shows."""
+    shown = redact(dict(target))
+    if not isinstance(shown, Mapping):
+        return REDACTED
+    parts = []
+    for key in sorted(shown):
+        value = shown[key]
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
+                                                               separators=(",", ":"))
+        parts.append(f"{key}={text[:_LABEL_CHARS]}")
+    return ",".join(parts)

@@ -34,7 +34,7 @@ debs:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,host,workloads]'
+	$(PY) -m pip install -q -e '.[dev,host,workloads,hf,lightning]'
 	touch $(STAMP)
 
 $(KSTAMP):

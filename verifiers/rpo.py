@@ -22,6 +22,7 @@ from typing import Any
 
 from gameday.engine.session import current
 from gameday.errors import GamedayError
+from gameday.integrations.progress import PATTERNS as INTEGRATION_PATTERNS
 from gameday.promql import PromQL, PromQLError, Series, series_key
 from verifiers._promql import prometheus_url_of
 from verifiers._results import fail, record
@@ -398,7 +399,8 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                     resumed_log: dict[str, Any] | None = None,
                     restart: str | None = None, restart_log: dict[str, Any] | None = None,
                     checkpoints: str | None = None,
-                    progress_http: dict[str, Any] | None = None) -> dict[str, Any]:
+                    progress_http: dict[str, Any] | None = None,
+                    job_log: str | None = None) -> dict[str, Any]:
     """Measure the work a crash lost: progress at the fault minus progress resumed from,
     each from the most exact source given, each with its resolution.
 
@@ -417,6 +419,11 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     ``resolution_s``); a reading that fails is the job being absent. With no moving
     reading before the fault (the kill was the method's first action), the steps
     unseen are bounded at twice the restarted job's pace.
+
+    ``job_log``: the log a gameday integration writes inside the job
+    (``gameday.integrations``: the HF ``Trainer`` and Lightning callbacks, the plain
+    hook for torchrun scripts), standing for ``progress_log``, ``resumed_log`` and
+    ``restart_log`` in its documented format.
 
     Durable progress at the fault: ``checkpoints``, the checkpoint store's directory
     (``verifiers.checkpoints``: DCP ``.metadata``, HF ``checkpoint-N`` with
@@ -461,6 +468,10 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     verifier = "rpo.checkpoint_loss"
     session = current()
     slo = slo_steps if slo_steps is not None else session.extension.slo.rpo_steps
+    if job_log is not None:
+        progress_log, resumed_log, restart_log = (
+            {"path": job_log, "pattern": INTEGRATION_PATTERNS[use]}
+            for use in ("progress", "resumed", "restart"))
     measurement: dict[str, Any] = {"progress": progress_log or progress, "durable":
                                    checkpoints or durable, "resumed": resumed_log or resumed,
                                    "slo_steps": slo, "slo_s": slo_s}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaoslib.exceptions import ActivityFailed
 
 from gameday.contract.backend import FaultRequest
 from gameday.engine.session import deactivate
@@ -150,5 +151,43 @@ def test_lightning_rpo_is_the_frameworks_own(tmp_path: Path, deactivated: None) 
     try:
         measure(job, lightning_checkpoint_step)
         assert {c.form for c in scan_store(job.store)} == {"lightning", "lightning-last"}
+    finally:
+        job.close()
+
+
+def test_hf_crash_looping_on_a_torn_checkpoint_is_reported_as_such(
+        tmp_path: Path, deactivated: None) -> None:
+    """The trainer is killed while a save is torn: ``checkpoint-N`` without its
+    ``trainer_state.json`` (the test leaves the torn directory a kill during a save
+    leaves; timing a real kill inside a 10 ms save is not reliable). HF's
+    ``resume_from_checkpoint=True`` picks the highest ``checkpoint-N`` and crashes
+    loading it, at every restart the supervisor makes: gameday says the job restarted
+    that many times and never resumed, and that the torn checkpoint never counted."""
+    pytest.importorskip("transformers", reason="the hf extra installs transformers")
+    pytest.importorskip("accelerate", reason="the hf extra installs accelerate")
+    job = SupervisedJob("hf_job.py", tmp_path)
+    try:
+        job.wait("25 steps", steps(0, 25))
+        session = new_session()
+        job.kill_trainer()
+        record_fault(session, kind="process.kill")
+        torn = job.store / "checkpoint-100000"
+        torn.mkdir()
+        (torn / "config.json").write_text("{}")
+        durable = hf_checkpoint_step(job.store)
+        assert job.process.wait(timeout=180) == 1  # the supervisor gave up: 3 restarts
+        restarts = (tmp_path / "supervisor.out").read_text().count("started attempt") - 1
+        with pytest.raises(ActivityFailed, match=rf"^job restarted {restarts} times within "
+                                                 rf"timeout 1 s after the fault and never "
+                                                 rf"resumed \(progress last \d+"):
+            checkpoint_loss(progress=None, durable=None, resumed=None,
+                            job_log=str(job.log), checkpoints=str(job.store), timeout_s=1,
+                            fault_kind="process.kill")
+        measurement = only_result(session).measurement
+        assert measurement["restarts_seen"] == restarts == 3
+        assert 100000 not in [c["step"] for c in measurement["checkpoints_seen"]
+                              ["checkpoints"]]
+        assert max(c["step"] for c in measurement["checkpoints_seen"]["checkpoints"]) \
+            == durable
     finally:
         job.close()

@@ -24,7 +24,13 @@ from chaoslib.exceptions import ActivityFailed
 from gameday.contract.backend import FaultRequest
 from gameday.engine.session import deactivate
 from gameday.node.host.process import HostSignalFault
-from tests.verifiers.verifier_helpers import new_session, only_result, record_fault
+from tests.verifiers.verifier_helpers import (
+    PrometheusUnderTest,
+    free_port,
+    new_session,
+    only_result,
+    record_fault,
+)
 from verifiers.checkpoints import scan_store
 from verifiers.rpo import checkpoint_loss
 
@@ -37,14 +43,14 @@ REPO = HERE.parent.parent
 class SupervisedJob:
     """A framework's job script under the supervisor, with its own id in the env."""
 
-    def __init__(self, script: str, root: Path) -> None:
+    def __init__(self, script: str, root: Path, **extra_env: str) -> None:
         self.root, self.id = root, f"gameday-test-{uuid.uuid4().hex[:10]}"
         self.log = root / "progress.log"
         self.store = root / "checkpoints"
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "GAMEDAY_TEST_JOB": self.id,
                "GAMEDAY_PROGRESS_LOG": str(self.log), "HOME": str(root),
                "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-               "OMP_NUM_THREADS": "1"}
+               "OMP_NUM_THREADS": "1", **extra_env}
         self.process = subprocess.Popen(
             [sys.executable, str(HERE / "supervisor.py"), "--max-restarts", "3", "--",
              sys.executable, str(HERE / script), "--dir", str(root)],
@@ -191,3 +197,46 @@ def test_hf_crash_looping_on_a_torn_checkpoint_is_reported_as_such(
             == durable
     finally:
         job.close()
+
+
+def test_lightning_rpo_from_the_integrations_gauges_in_prometheus(
+        tmp_path: Path, deactivated: None) -> None:
+    """The same kill read from Prometheus alone (1 s scrapes of the integration's
+    gauges, under the names checkpoint_loss reads by default; the restart seen from
+    ``process_start_time_seconds``): a bound that holds the framework's own truth, the
+    resumed step exact from its gauge."""
+    pytest.importorskip("lightning", reason="the lightning extra installs lightning")
+    port = free_port()
+    prometheus = PrometheusUnderTest(workloads=[f"127.0.0.1:{port}"])
+    job = SupervisedJob("lightning_job.py", tmp_path,
+                        GAMEDAY_PROGRESS_METRICS_PORT=str(port))
+    try:
+        deadline = time.monotonic() + 90
+        while not prometheus_saw(prometheus, "changes(gameday_trainer_step[1m]) >= 3"):
+            assert time.monotonic() < deadline and job.process.poll() is None, job.output()
+            time.sleep(0.25)
+        session = new_session()
+        job.kill_trainer()
+        record_fault(session, kind="process.kill")
+        result = checkpoint_loss(restart='max(process_start_time_seconds{job="workload"})',
+                                 prometheus_url=prometheus.url, slo_steps=1000,
+                                 fault_kind="process.kill", timeout_s=90)
+        job.wait("3 steps after the restart", steps(1, 3))
+        truth = job.truth()
+        done = max(e["step"] for e in truth if e["attempt"] == 0 and e["event"] == "step")
+        resumed = next(e["step"] for e in truth if e["attempt"] == 1 and e["event"] == "begin")
+        assert result["resumed_from"] == resumed == result["resumed_from_min"]
+        assert result["lost_steps_min"] <= done - resumed <= result["lost_steps_max"]
+        assert result["exact"] is False and result["verdict"] == "met"
+        print(f"truth: lost {done - resumed}; measured {result['lost_steps_min']:g} to "
+              f"{result['lost_steps_max']:g}")
+    finally:
+        job.close()
+        prometheus.close()
+
+
+def prometheus_saw(prometheus: PrometheusUnderTest, query: str) -> bool:
+    try:
+        return bool(prometheus.query(query))
+    except OSError:  # Prometheus still starting
+        return False

@@ -67,7 +67,7 @@ $(LAB_STAMP): pyproject.toml constraints.txt | $(PY)
 
 # dev includes lab: the lab's stamp is fresh too
 $(STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PIP) -e '.[dev,workloads]'
+	$(PIP) -e '.[dev,workloads,hf,lightning]'
 	touch $(STAMP) $(LAB_STAMP)
 
 $(KSTAMP):
@@ -105,10 +105,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check gameday faults verifiers tests bench
 	$(VENV)/bin/mypy
 
-# Re-pin constraints.txt: what gameday[dev,workloads] resolves to today, in a fresh venv
+# Re-pin constraints.txt: what gameday[dev,workloads,hf,lightning] resolves to today, in a fresh venv
 constraints:
 	rm -rf build/pin && $(PYTHON) -m venv build/pin
-	build/pin/bin/pip install -q --upgrade pip && build/pin/bin/pip install -q '.[dev,workloads]'
+	build/pin/bin/pip install -q --upgrade pip && build/pin/bin/pip install -q '.[dev,workloads,hf,lightning]'
 	{ sed -n '/^#/p' constraints.txt; build/pin/bin/pip freeze --exclude-editable \
 	  | grep -v '^gameday[= @]' | sed 's/+cpu$$//' | LC_ALL=C sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf build/pin

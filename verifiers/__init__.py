@@ -4,7 +4,9 @@
 - ``verifiers.rto``: ``measure_recovery`` (time to detect, time to recover, RTO);
 - ``verifiers.rpo``: ``checkpoint_loss``, ``stream_loss`` (work lost: RPO);
 - ``verifiers.prediction_hash``: ``matches_golden``, ``verify_predictions``, ``save_golden``;
-- ``verifiers.reshard``: ``verify_reshard`` (self-healing re-shard off a faulted GPU).
+- ``verifiers.reshard``: ``verify_reshard`` (self-healing re-shard off a faulted GPU);
+- ``verifiers.replacement``: ``verify_replacement`` (self-healing as any controller does
+  it: the faulted replica, pod or process replaced by a new healthy one).
 
 Each records a ``gameday.engine.verdicts.VerifierResult`` in the run session and signals a
 missed objective by raising ``chaoslib.exceptions.ActivityFailed`` with one line.
@@ -16,7 +18,8 @@ from typing import Any
 __all__ = ["ACTIVITY_MODULES", "discover"]
 
 ACTIVITY_MODULES = ("verifiers.steady", "verifiers.rto", "verifiers.rpo",
-                    "verifiers.prediction_hash", "verifiers.reshard")
+                    "verifiers.prediction_hash", "verifiers.reshard",
+                    "verifiers.replacement")
 
 
 def discover(discover_system: bool = True) -> dict[str, Any]:

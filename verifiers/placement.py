@@ -131,8 +131,19 @@ def parse_placement(data: Any) -> Placement:
     """The JSON placement document as a :class:`Placement`; one-line errors naming the key."""
     if not isinstance(data, Mapping):
         raise PlacementError("placement is not a JSON object")
+    if not isinstance(data.get("shards"), list):
+        found = ("no key shards, keys: " + (", ".join(sorted(map(str, data))[:8]) or "none")
+                 if "shards" not in data else
+                 f"shards is a JSON {type(data['shards']).__name__}")
+        raise PlacementError(f"placement has {found}: not a placement document (shards, "
+                             f"gpus, events); for another controller's API use "
+                             f"verifiers.replacement with a units mapping")
+    for key in ("gpus", "events"):
+        if key in data and not isinstance(data[key], list | type(None)):
+            raise PlacementError(f"placement.{key} must be a list, got a JSON "
+                                 f"{type(data[key]).__name__}")
     shards = []
-    for position, raw in enumerate(data.get("shards") or []):
+    for position, raw in enumerate(data["shards"]):
         where = f"shards[{position}]"
         if not isinstance(raw, Mapping):
             raise PlacementError(f"{where} is not an object")

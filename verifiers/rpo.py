@@ -22,10 +22,12 @@ from typing import Any
 
 from gameday.engine.session import current
 from gameday.errors import GamedayError
+from gameday.integrations.progress import PATTERNS as INTEGRATION_PATTERNS
 from gameday.promql import PromQL, PromQLError, Series, series_key
 from verifiers._promql import prometheus_url_of
 from verifiers._results import fail, record
-from verifiers.checkpoints import durable_at, read_log_steps
+from verifiers.checkpoints import Checkpoint, StoreHistory
+from verifiers.joblog import read_log_lines
 from verifiers.redis_streams import GroupBacklog, group_backlog
 from verifiers.sli import PROGRESS_CHANNEL, progress_spec
 
@@ -196,7 +198,8 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
                            resumed: Series | None = None,
                            restarts: Sequence[tuple[float, str]] = (),
                            durable_as_of: Callable[[float], float | None] | None = None,
-                           sources: Mapping[str, str] | None = None) -> CheckpointLoss | None:
+                           sources: Mapping[str, str] | None = None,
+                           resume_lines: bool = False) -> CheckpointLoss | None:
     """Fold the progress timeline and the other sources into the loss; None until the job
     has restarted and its resumed-from step is known.
 
@@ -204,6 +207,9 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
     steps) or sampled (PromQL range samples every ``resolution_s``); ``restarts`` are
     restart instants other sources saw (a new process start time, a log line);
     ``durable_as_of(t)`` answers the newest complete checkpoint at ``t`` (the store).
+    With ``resume_lines``, ``resumed`` holds a job log's resume lines, events rather
+    than a gauge: each after the onset is a restart, and it counts whether the job
+    logged it before or after its first new step (frameworks log the resume first).
     """
     candidates = [(t, what) for t, what in restarts if t >= onset]
     index = find_restart(progress, onset, gap_s)
@@ -212,8 +218,11 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
         previous = progress.samples[index - 1][1]
         candidates.append((t, "progress went down" if value < previous else
                            f"progress absent for over {gap_s:g} s"))
-    changed = changed_after(resumed, onset)
-    if changed is not None and not exact:
+    if resume_lines:
+        lines = [t for t, _ in (resumed.samples if resumed else ()) if t >= onset]
+        if lines:
+            candidates.append((lines[0], "resume log line"))
+    elif (changed := changed_after(resumed, onset)) is not None and not exact:
         candidates.append((changed, "resumed-from changed"))
     if not candidates:
         return None
@@ -229,6 +238,10 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
             break
         shown_at = t
     pace = _pace(before, gap_s)
+    # (no pace before the fault, e.g. the kill was the method's first action: bound the
+    # unseen steps at twice the pace of the restarted job, as for its loading below)
+    after_pace = _pace(after, gap_s) if pace is None else None
+    bound_pace = pace if pace is not None else 2 * after_pace if after_pace else None
     durable_at_fault: float | None = None
     if durable_as_of is not None:
         durable_at_fault = durable_as_of(onset)
@@ -238,17 +251,18 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
     low = max(seen, durable_at_fault if durable_at_fault is not None else seen)
     if exact:
         high = max(low, seen + step_every - 1)
-    elif pace is None:
+    elif bound_pace is None:
         high = math.inf
     else:
         died_by = min(restarted_at, seen_at + resolution_s)
-        high = max(low, seen + math.ceil(pace * (died_by - shown_at + resolution_s)) + 1)
+        high = max(low, seen + math.ceil(bound_pace * (died_by - shown_at + resolution_s))
+                   + 1)
     at_fault = Bound(low, high)
     resumed_from: Bound | None = None
     later = [sample for sample in (resumed.samples if resumed else ()) if
              sample[0] >= restarted_at]
     moved = any(b[1] > a[1] for a, b in itertools.pairwise(after))
-    if later and (moved or exact):
+    if later and (moved or exact or resume_lines):
         resumed_from = Bound(later[-1][1], later[-1][1])
     elif resumed is None and durable_as_of is not None:
         newest = durable_as_of(restarted_at)
@@ -258,7 +272,9 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
         first = after[0][1]
         resumed_from = Bound(max(0.0, first - step_every), first - 1)
     elif resumed is None:
-        resumed_from = _loaded_from_progress(after, before, pace, resolution_s)
+        resumed_from = _loaded_from_progress(after, before,
+                                             pace if pace is not None else after_pace,
+                                             resolution_s)
     if resumed_from is None:
         return None
     lost = Bound(max(0.0, at_fault.low - resumed_from.high),
@@ -298,11 +314,47 @@ def _number(value: float) -> str:
     return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
 
 
-def _log_series(spec: Mapping[str, Any], name: str) -> Series:
-    if not isinstance(spec, Mapping) or not {"path", "pattern"} <= set(spec):
-        raise GamedayError(f'{name} must be {{"path": FILE, "pattern": REGEX}}')
-    steps = read_log_steps(str(spec["path"]), str(spec["pattern"]))
-    return Series({}, tuple((step.t, float(step.step)) for step in steps))
+def _log_series(spec: Mapping[str, Any], name: str, *, step: bool = True) -> Series:
+    """The lines of the job log ``spec`` names (``{"path", "pattern", "tz"}``) as a
+    series of (time, step); with ``step`` False, lines need only a time (value 0 where
+    they name no step)."""
+    if not isinstance(spec, Mapping) or not {"path", "pattern"} <= set(spec) or \
+            not set(spec) <= {"path", "pattern", "tz"}:
+        raise GamedayError(f'{name} must be {{"path": FILE, "pattern": REGEX}} and '
+                           f'optionally "tz": ZONE')
+    tz = spec.get("tz")
+    try:
+        lines = read_log_lines(str(spec["path"]), str(spec["pattern"]),
+                               tz=None if tz is None else str(tz), step_required=step)
+    except GamedayError as exc:
+        raise GamedayError(f"{name}: {exc}") from None
+    return Series({}, tuple((line.t, float(line.step or 0)) for line in lines))
+
+
+def _store_evidence(store: StoreHistory) -> dict[str, Any]:
+    """What the scans of the checkpoint store saw: when they ran, and every complete
+    checkpoint (kept after the framework pruned it)."""
+    seen: list[Checkpoint] = sorted(store.seen.values(),
+                                    key=lambda c: (c.completed_at, c.step))
+    return {"store": store.root, "first_scan": min(store.scans, default=None),
+            "last_scan": max(store.scans, default=None), "scans": len(store.scans),
+            "checkpoints": [{"step": c.step, "path": c.path, "form": c.form,
+                             "completed_at": c.completed_at} for c in seen]}
+
+
+def _restarts_seen(expression: Series | None, lines: Series | None, onset: float) -> int:
+    """How many times the job restarted after ``onset`` by the restart sources: the
+    changes of the restart expression's value, or the restart log's lines."""
+    changes = 0
+    if expression is not None:
+        values = [value for t, value in expression.samples if t >= onset]
+        earlier = [value for t, value in expression.samples if t < onset]
+        previous = earlier[-1] if earlier else None
+        for value in values:
+            changes += previous is not None and value != previous
+            previous = value
+    logged = sum(t >= onset for t, _ in lines.samples) if lines is not None else 0
+    return max(changes, logged)
 
 
 def _recorded_progress(spec: Mapping[str, Any]) -> tuple[Series, float]:
@@ -347,13 +399,16 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                     resumed_log: dict[str, Any] | None = None,
                     restart: str | None = None, restart_log: dict[str, Any] | None = None,
                     checkpoints: str | None = None,
-                    progress_http: dict[str, Any] | None = None) -> dict[str, Any]:
+                    progress_http: dict[str, Any] | None = None,
+                    job_log: str | None = None) -> dict[str, Any]:
     """Measure the work a crash lost: progress at the fault minus progress resumed from,
     each from the most exact source given, each with its resolution.
 
-    Progress at the fault: ``progress_log`` (``{"path": FILE, "pattern": REGEX}``, the
-    job's own log; the pattern's groups ``t`` (Unix seconds or ISO 8601) and ``step``;
-    a logged step N means N steps done, one line every ``step_every`` steps): exact; or
+    Progress at the fault: ``progress_log`` (``{"path": FILE, "pattern": REGEX, "tz":
+    ZONE}``, the job's own log; the pattern's groups ``t`` (Unix seconds or ISO 8601; a
+    time with no zone is read in ``tz``, default the host's local zone, as Python
+    logging writes it) and ``step``; a logged step N means N steps done, one line every
+    ``step_every`` steps): exact; or
     ``progress``, a PromQL expression (one series): the last value seen before the
     restart, so a bound — at most the steps the job makes at its pace before the fault
     between that scrape and its death go unseen; or ``progress_http`` (``{"url": URL,
@@ -361,23 +416,36 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     123}``): read from the run's SLI recorder, which must sample the same endpoint
     (the ``gameday`` control's ``sli: {progress: {url, field, interval_s}}``), so a
     bound the same way with the recorder's ``interval_s`` as the resolution (instead of
-    ``resolution_s``); a reading that fails is the job being absent.
+    ``resolution_s``); a reading that fails is the job being absent. With no moving
+    reading before the fault (the kill was the method's first action), the steps
+    unseen are bounded at twice the restarted job's pace.
+
+    ``job_log``: the log a gameday integration writes inside the job
+    (``gameday.integrations``: the HF ``Trainer`` and Lightning callbacks, the plain
+    hook for torchrun scripts), standing for ``progress_log``, ``resumed_log`` and
+    ``restart_log`` in its documented format.
 
     Durable progress at the fault: ``checkpoints``, the checkpoint store's directory
-    (``verifiers.checkpoints``: DCP ``.metadata``, ``checkpoint-N``, ``step=N.ckpt``,
-    ``latest``), the newest checkpoint complete at the fault; or ``durable`` (PromQL).
-    Progress at the fault is at least the durable progress.
+    (``verifiers.checkpoints``: DCP ``.metadata``, HF ``checkpoint-N`` with
+    ``trainer_state.json``, Lightning ``step=N.ckpt`` and ``last.ckpt``, DeepSpeed
+    ``global_stepN`` + ``latest``, Megatron ``iter_N`` +
+    ``latest_checkpointed_iteration.txt``), the newest checkpoint complete at the fault;
+    or ``durable`` (PromQL). The store is scanned at once and at every reading, and
+    each checkpoint seen is kept, so one the framework prunes at its next save
+    (``save_total_limit``, ``save_top_k``) still counts (``checkpoints_seen`` in the
+    measurement). Progress at the fault is at least the durable progress.
 
-    Resumed from: ``resumed_log`` (a log line naming the step the restarted job loaded),
-    or ``resumed`` (PromQL gauge), read once the restarted job's progress moves; else
+    Resumed from: ``resumed_log`` (a log line naming the step the restarted job loaded,
+    counted whether logged before or after its first new step), or ``resumed`` (PromQL
+    gauge), read once the restarted job's progress moves; else
     the newest complete checkpoint at the restart in ``checkpoints``; else read off
     ``progress`` after the restart, skipping samples from before the job loaded its
     checkpoint (progress that then jumps faster than the job's pace).
 
     The restart: the first of ``restart`` (a PromQL expression whose value changes with
     each process, e.g. ``max(process_start_time_seconds{job="trainer"})``),
-    ``restart_log`` (a line matching its pattern; group ``t``, any ``step``), the
-    ``resumed`` gauge changing, progress going down, or progress absent for more than
+    ``restart_log`` (a line matching its pattern; group ``t`` only), a ``resumed_log``
+    line, the ``resumed`` gauge changing, progress going down, or absent for more than
     ``gap_s`` s. Sources are read every ``interval_s`` until the restart and the resumed
     step are known, or ``timeout_s`` passes (PromQL ranges at ``resolution_s`` from
     ``lookback_s`` before the fault, the run's most recent fault or the most recent of
@@ -392,12 +460,18 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     "lost_steps_min", "lost_steps_max", "resolution_steps", "exact", "steps_per_s",
     "lost_s", "sources", "resumed_behind_durable", "slo_steps", "slo_s", "met",
     "verdict"}``; raises ``ActivityFailed`` with one line, e.g. ``rpo 63 steps > slo 50
-    steps (missed by 13 steps; 15.8 s of training lost)`` or ``inconclusive: rpo 0 to 24
-    steps (12 ± 12) against slo 5 steps; progress seen only every scrape``.
+    steps (missed by 13 steps; 15.8 s of training lost)``, ``inconclusive: rpo 0 to 24
+    steps (12 ± 12) against slo 5 steps; ...`` or, for a crash loop the restart
+    sources saw, ``job restarted 10 times within timeout 60 s after the fault and never
+    resumed (...)``.
     """
     verifier = "rpo.checkpoint_loss"
     session = current()
     slo = slo_steps if slo_steps is not None else session.extension.slo.rpo_steps
+    if job_log is not None:
+        progress_log, resumed_log, restart_log = (
+            {"path": job_log, "pattern": INTEGRATION_PATTERNS[use]}
+            for use in ("progress", "resumed", "restart"))
     measurement: dict[str, Any] = {"progress": progress_log or progress, "durable":
                                    checkpoints or durable, "resumed": resumed_log or resumed,
                                    "slo_steps": slo, "slo_s": slo_s}
@@ -432,17 +506,20 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
         "resumed": ("job log" if resumed_log else "PromQL" if resumed else
                     "checkpoint store (newest complete at the restart)" if checkpoints
                     else "progress after the restart")}
-    store = None if checkpoints is None else checkpoints
+    # (the store is scanned at once, at the fault, and at each reading after it, and
+    # every checkpoint seen is kept: pruning at the next save cannot erase the evidence)
+    store = None if checkpoints is None else StoreHistory(str(checkpoints))
 
     def durable_as_of(t: float) -> float | None:
         assert store is not None
-        found = durable_at(store, t)
+        found = store.durable_at(t)
         return None if found is None else float(found.step)
 
     clock = session.clock
     deadline = clock.monotonic() + timeout_s
     loss: CheckpointLoss | None = None
     last: Series | None = None
+    restart_count = 0
     while True:
         end = clock.now()
         start = onset - lookback_s
@@ -454,18 +531,23 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                 assert client is not None
                 return _one_series(client, query, start, end, resolution_s, name)
 
+            if store is not None:
+                store.observe(clock.now())
             last = (_log_series(progress_log, "progress_log") if progress_log
                     else _recorded_progress(progress_http)[0] if progress_http
                     else ranged(progress, "progress"))
             restarts: list[tuple[float, str]] = []
-            changed = changed_after(ranged(restart, "restart"), onset)
+            expression = ranged(restart, "restart")
+            changed = changed_after(expression, onset)
             if changed is not None:
                 restarts.append((changed, "restart expression changed"))
-            if restart_log is not None:
-                lines = [t for t, _ in _log_series(restart_log, "restart_log").samples
-                         if t >= onset]
+            restart_lines = (None if restart_log is None else
+                             _log_series(restart_log, "restart_log", step=False))
+            if restart_lines is not None:
+                lines = [t for t, _ in restart_lines.samples if t >= onset]
                 if lines:
                     restarts.append((lines[0], "restart log line"))
+            restart_count = _restarts_seen(expression, restart_lines, onset)
             if last is not None:
                 loss = assess_checkpoint_loss(
                     last, onset, gap_s=gap_s, resolution_s=resolution_s,
@@ -474,19 +556,29 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                     resumed=(_log_series(resumed_log, "resumed_log") if resumed_log
                              else ranged(resumed, "resumed")),
                     restarts=restarts, durable_as_of=durable_as_of if store else None,
-                    sources=sources)
+                    sources=sources, resume_lines=resumed_log is not None)
         except GamedayError as exc:
             fail(verifier, f"checkpoint_loss: {exc}", measurement)
         if loss is not None or clock.monotonic() >= deadline:
             break
         clock.sleep(min(interval_s, max(0.0, deadline - clock.monotonic())))
     measurement["onset"] = onset
+    if store is not None:
+        measurement["checkpoints_seen"] = _store_evidence(store)
     if loss is None:
+        if last is not None and restart_count == 0 and \
+                find_restart(last, onset, gap_s) is not None:
+            restart_count = 1
         seen = ("no progress series at all" if last is None or not last.samples else
-                f"progress last {_number(last.samples[-1][1])}, no restart and resumed "
-                f"step seen")
+                f"progress last {_number(last.samples[-1][1])}")
+        measurement["restarts_seen"] = restart_count
+        if restart_count:
+            fail(verifier, f"job restarted {restart_count} time"
+                           f"{'s' if restart_count > 1 else ''} within timeout "
+                           f"{timeout_s:g} s after the fault and never resumed ({seen}, no "
+                           f"resumed step seen)", measurement)
         fail(verifier, f"job did not restart within timeout {timeout_s:g} s after the fault "
-                       f"({seen})", measurement)
+                       f"({seen}, no restart and resumed step seen)", measurement)
     met_steps = _verdict(loss.lost, slo)
     met_s = None
     if slo_s is not None and loss.steps_per_s:
@@ -504,7 +596,8 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
     figure = (f"rpo {loss.lost.text()} steps" if loss.lost.exact else
               f"rpo {loss.lost.text()} steps ({_number(loss.lost.middle)} ± "
               f"{_number(loss.lost.resolution)})")
-    seconds = f"{loss.lost_s:.1f} s of training" if loss.lost_s is not None else "pace unknown"
+    seconds = (f"{loss.lost_s:.1f} s of training lost" if loss.lost_s is not None else
+               "training time lost unknown: no pace before the fault")
     warning = (f"; warning: resumed {_number(loss.resumed_behind_durable)} steps behind the "
                f"last durable checkpoint" if loss.resumed_behind_durable else "")
     why = (f"progress from the {loss.sources['progress']}, resumed-from from the "
@@ -516,7 +609,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                        f"unknown part ({why})", measurement)
     if met_steps is False and slo is not None:
         fail(verifier, f"rpo {loss.lost.text()} steps > slo {slo:g} steps (missed by "
-                       f"{_number(loss.lost.low - slo)} steps; {seconds} lost){warning}",
+                       f"{_number(loss.lost.low - slo)} steps; {seconds}){warning}",
              measurement)
     if met_s is False and slo_s is not None and loss.lost_s is not None:
         fail(verifier, f"rpo {loss.lost_s:.1f} s > slo {slo_s:g} s (missed by "
@@ -524,7 +617,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                        f"{warning}", measurement)
     bound = f" <= slo {slo:g} steps" if slo is not None else " (no slo)"
     record(verifier, met, measurement,
-           f"{figure}{bound} ({seconds} lost; resumed from {loss.resumed_from.text()}, "
+           f"{figure}{bound} ({seconds}; resumed from {loss.resumed_from.text()}, "
            f"progress was {loss.progress_at_fault.text()}; {why}){warning}")
     return result
 

@@ -1,5 +1,5 @@
 """constraints.txt pins exactly what the extras install: every distribution of
-``gameday[dev,workloads]`` (the closure over the installed distributions' requirements)
+``gameday[dev,workloads,hf,lightning]`` (the closure over the installed distributions' requirements)
 once, at one exact version that each of pyproject.toml's requirements accepts."""
 
 from packaging.requirements import Requirement
@@ -22,7 +22,7 @@ def _pins() -> dict[str, str]:
 
 
 def test_every_distribution_the_extras_install_is_pinned() -> None:
-    missing = distributions("dev", "workloads") - set(_pins())
+    missing = distributions("dev", "workloads", "hf", "lightning") - set(_pins())
     assert not missing, f"not in constraints.txt (run make constraints): {sorted(missing)}"
 
 

@@ -276,10 +276,22 @@ def test_a_moved_shard_that_vanished_from_the_events_still_counts() -> None:
     ([], "placement is not a JSON object"),
     ({"shards": [{"shard": "0", "node": "n", "gpu": 0, "status": "serving"}]},
      "shards[0].shard must be int, got '0'"),
-    ({"gpus": [{"node": "n", "gpu": True}]}, "gpus[0].gpu must be int, got True"),
-    ({"events": [{"type": "shard_moved"}]}, "events[0].t must be float, got None"),
-    ({"events": [{"t": 1, "type": "shard_moved", "to": {"node": "n"}}]},
+    ({"shards": [], "gpus": [{"node": "n", "gpu": True}]},
+     "gpus[0].gpu must be int, got True"),
+    ({"shards": [], "events": [{"type": "shard_moved"}]},
+     "events[0].t must be float, got None"),
+    ({"shards": [], "events": [{"t": 1, "type": "shard_moved", "to": {"node": "n"}}]},
      "events[0].to.gpu must be int, got None"),
+    # another controller's JSON (Ray Serve's) is an error naming what it has, never an
+    # empty placement
+    ({"applications": {"app": {}}, "controller_info": {}},
+     "placement has no key shards, keys: applications, controller_info: not a placement "
+     "document (shards, gpus, events); for another controller's API use "
+     "verifiers.replacement with a units mapping"),
+    ({"shards": {"0": "node-0"}}, "placement has shards is a JSON dict: not a placement "
+     "document (shards, gpus, events); for another controller's API use "
+     "verifiers.replacement with a units mapping"),
+    ({"shards": [], "events": {}}, "placement.events must be a list, got a JSON dict"),
 ])
 def test_malformed_placement_names_the_key(document: Any, message: str) -> None:
     with pytest.raises(PlacementError) as caught:

@@ -103,6 +103,34 @@ def test_progress_from_the_jobs_endpoint_bounds_the_true_loss() -> None:
               f"measured {result['lost_steps_min']:g} to {result['lost_steps_max']:g}")
 
 
+def test_a_kill_as_the_methods_first_action_still_gives_a_finite_bound() -> None:
+    """The kill comes right after the recorder's first reading, so nothing shows the
+    job's pace before the fault: the unseen steps are bounded at twice the restarted
+    job's pace, and the bound holds the truth."""
+    with trainer_and_recorder(interval_s=0.2) as (trainer, recorder):
+        wait_until(lambda: [r for r in recorder.readings("progress") if r.value is not None],
+                   20, "a first reading")
+        session = new_session()
+        session.recorder = recorder
+        record_fault(session, kind="process.kill")
+        trainer.kill()
+        time.sleep(2.0)
+        trainer.start()
+        result = checkpoint_loss(progress_http={"url": trainer.url, "field": "job.step"},
+                                 durable=None, resumed=None, slo_steps=1000, timeout_s=20,
+                                 interval_s=0.3)
+        truth = trainer.truth()
+        restart = [w for w, _ in truth].index("resumed", 1)
+        at_fault = max((n for word, n in truth[:restart] if word == "step"), default=0)
+        resumed = truth[restart][1]
+        assert result["progress_at_fault_max"] != float("inf")
+        assert result["progress_at_fault"] <= at_fault <= result["progress_at_fault_max"]
+        assert result["lost_steps_min"] <= at_fault - resumed <= result["lost_steps_max"]
+        assert only_result(session).passed is True
+        print(f"truth: at fault {at_fault}, lost {at_fault - resumed}; measured "
+              f"{result['lost_steps_min']:g} to {result['lost_steps_max']:g}")
+
+
 def test_progress_http_needs_the_run_recorder_to_sample_it() -> None:
     session = new_session()
     record_fault(session, kind="process.kill")

@@ -127,9 +127,8 @@ def test_rank_kill_rpo_matches_the_jobs_ground_truth(job: ElasticJob) -> None:
     assert all(checkpoint.form == "dcp" for checkpoint in scan_store(store))
 
     result = checkpoint_loss(progress=None, durable=None, resumed=None, progress_log=log,
-                             resumed_log=resumed_log, restart_log=resumed_log,
-                             checkpoints=store, slo_steps=50, fault_kind="process.kill",
-                             timeout_s=30)
+                             resumed_log=resumed_log, checkpoints=store, slo_steps=50,
+                             fault_kind="process.kill", timeout_s=30)
     assert result["exact"] is True and result["verdict"] == "met"
     assert result["lost_steps"] == last_step - resumed  # the job's own ground truth
     assert result["resumed_from"] == resumed == result["durable_at_fault"]

@@ -49,7 +49,8 @@ class AuditTrail:
     def record(self, *, source: str, identity: str | None, token: str | None, method: str,
                path: str, status: int, body: object = None) -> None:
         """Append one request's record (``body``: the decoded request, if any; only its
-        kind, target and params, redacted, are kept, or each fault's of a batch)."""
+        kind, target and params, redacted, are kept, or each fault's of a batch, and a
+        halt's reason)."""
         entry: dict[str, Any] = {"time": time.time(), "source": source, "identity": identity,
                                  "token": token, "method": method, "path": path,
                                  "status": status}
@@ -60,6 +61,8 @@ class AuditTrail:
                 entry.update(_fault_fields(body))
             if isinstance(body.get("ids"), list):
                 entry["ids"] = body["ids"][:1024]
+            if isinstance(body.get("reason"), str):  # POST /v1/halt
+                entry["reason"] = body["reason"][:300]
         line = (json.dumps(entry, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)

@@ -25,7 +25,7 @@ import pathlib
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -209,6 +209,8 @@ class FaultRegistry:
         self._requests: OrderedDict[str, str] = OrderedDict()
         self._resolved: OrderedDict[str, None] = OrderedDict()
         self._closed = False
+        # raises while the agent's lever is engaged (gameday.agent.lever); called under the lock
+        self.refuse: Callable[[], None] = _admit_all
         self._log = _log.bind(node=node, backend=backend.name)
         self.metrics.track_active(self.active_count)
         self.metrics.expect(self.backend.kinds(), REVERT_REASONS)
@@ -270,6 +272,7 @@ class FaultRegistry:
                 return known[0]
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self.refuse()
             self._check_room(1)
             other = first_holder((e.fault for e in self._live.values()), request.kind, target)
             if other is not None:
@@ -343,6 +346,7 @@ class FaultRegistry:
                 return known
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self.refuse()
             try:
                 self._check_room(len(faults))
             except LimitReached as exc:
@@ -434,6 +438,7 @@ class FaultRegistry:
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self.refuse()
             room = self.limits.max_active - len(self._live)
             holders = TargetIndex(e.fault for e in self._live.values())
             earlier = {f.id for f in faults}
@@ -499,6 +504,7 @@ class FaultRegistry:
         results: list[Fault | GamedayError | None] = []
         expired: list[tuple[int, _Entry]] = []
         with self._cond:
+            self.refuse()
             now = self._clock.now()
             for fault_id in fault_ids:
                 try:
@@ -543,6 +549,7 @@ class FaultRegistry:
         if lease_s is not None:
             lease_s = check_lease(lease_s)
         with self._cond:
+            self.refuse()
             entry = self._settled(fault_id)
             if entry is None:
                 gone = self._history[fault_id]
@@ -940,6 +947,10 @@ class FaultRegistry:
         """The state writer finished a write: wake whoever waits for one."""
         with self._cond:
             self._cond.notify_all()
+
+
+def _admit_all() -> None:
+    """The lever of a registry no agent gave one: never engaged."""
 
 
 def _distinct(fault_ids: list[str]) -> None:

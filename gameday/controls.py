@@ -32,7 +32,7 @@ import structlog
 
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals, timeouts
+from gameday.engine import signals, stops, timeouts
 from gameday.engine.verdict import judge
 from gameday.errors import GamedayError
 from gameday.experiment.extension import parse_extension
@@ -56,6 +56,7 @@ def configure_control(configuration: dict[str, Any] | None = None,
     """Install signal handling; under ``chaos run``, open the session and its target
     (settings from the secrets, under the configuration, as ``gameday run`` reads them)."""
     signals.install()
+    stops.install()
     session = sessions.active()
     if session is None:
         try:

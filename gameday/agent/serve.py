@@ -252,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = AgentServer(backend, token=tokens, state_path=state_path, node=args.node,
                              host=host, port=port, tls=tls, audit=AuditTrail(audit_path),
                              limits=policy.limits() if policy is not None else None)
+        if reconciler is not None:
+            reconciler.watch_lever(server.lever, server.audit)
     except GamedayError as exc:
         print(f"gameday agent serve: {exc}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ import gameday
 from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals
+from gameday.engine import signals, stops
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
@@ -38,6 +38,7 @@ from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.safety import targetconfig
+from gameday.safety.halt import refuse_if_halted
 from gameday.safety.locks import target_key
 from gameday.targets.base import GpuRef, Target, run_configuration, target_settings
 from gameday.targets.open import open_target
@@ -187,6 +188,8 @@ def run(options: RunOptions) -> RunOutcome:
                             "are never replaced")
     signals.reset()
     signals.install()
+    stops.reset()
+    stops.install()
     lab_lease = None
     if kind == "lab":  # the lab's code loads only for runs on the lab
         from gameday.targets.lab import LabLease
@@ -199,6 +202,8 @@ def run(options: RunOptions) -> RunOutcome:
             lab_lease.ensure()
         target = open_target(kind, target_settings(loaded.experiment, options.variables),
                              lab_dir=options.lab_dir)
+        if target is not None:  # refused here, before anything is injected, while halted
+            refuse_if_halted(target.agents)
         session = sessions.Session(target=target, extension=loaded.extension,
                                    ledger_path=paths.ledger_path(), target_config=config)
         planned = plan_faults(loaded, target, session)

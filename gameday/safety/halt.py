@@ -1,0 +1,105 @@
+"""The fleet's safety lever from the orchestrator: engage, release or read it on every
+agent gameday knows at once, and refuse to start a run while it is engaged.
+
+Every agent is asked concurrently (one thread per agent, up to :data:`MAX_PARALLEL`),
+each answer (or its failure) is one :class:`AgentLever`, so an agent that did not answer
+is listed as such, never dropped. The Kubernetes side (one ConfigMap the agents watch)
+is :mod:`gameday.targets.kubernetes.halt`.
+"""
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gameday.engine.agent_client import AgentClient, AgentHalted
+from gameday.errors import AgentError, InvalidInput
+
+__all__ = ["MAX_PARALLEL", "AgentLever", "FleetHalted", "each_agent", "halted_lines",
+           "refuse_if_halted"]
+
+#: Agents asked at once.
+MAX_PARALLEL: Final = 128
+
+Action = Literal["engage", "release", "status"]
+
+
+class FleetHalted(InvalidInput):
+    """A run would start while the safety lever is engaged on one of its agents: nothing
+    is injected (exit 2)."""
+
+
+@dataclass(frozen=True)
+class AgentLever:
+    """One agent's lever after an engage, release or status: ``engaged`` is None when the
+    agent did not answer (``error`` says why); ``active`` the faults it still holds (after
+    an engage)."""
+
+    agent: str
+    engaged: bool | None
+    line: str
+    state: Mapping[str, Any] | None = None
+    error: str | None = None
+    active: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "engaged": self.engaged, "line": self.line,
+                "lever": dict(self.state) if self.state is not None else None,
+                "error": self.error, "active": self.active}
+
+
+def _line(agent: str, state: Mapping[str, Any]) -> str:
+    if not state.get("engaged"):
+        return f"{agent}: released"
+    return (f"{agent}: halted by {state.get('engaged_by') or 'unknown'} "
+            f"({state.get('source', 'api')}): {state.get('reason') or 'no reason given'}")
+
+
+def _one(agent: str, client: AgentClient, action: Action, reason: str) -> AgentLever:
+    try:
+        if action == "engage":
+            state = client.halt(reason)
+        elif action == "release":
+            state = client.release_halt()
+        else:
+            state = client.halt_state()
+    except AgentHalted as exc:  # a release the fleet's Kubernetes object refuses
+        return AgentLever(agent, True, f"{agent}: {exc}", exc.halt, str(exc))
+    except AgentError as exc:
+        if exc.status == 404:
+            why = "answered 404: an agent without the safety lever (upgrade it)"
+        else:
+            why = f"did not answer: {exc}" if exc.status is None else str(exc)
+        return AgentLever(agent, None, f"{agent}: {why}", None, why)
+    active = state.get("active")
+    return AgentLever(agent, bool(state.get("engaged")), _line(agent, state), state,
+                      active=active if isinstance(active, int) else None)
+
+
+def each_agent(clients: Mapping[str, AgentClient], action: Action, reason: str = "", *,
+               parallel: int = MAX_PARALLEL) -> list[AgentLever]:
+    """``action`` on every agent of ``clients`` (name or URL -> client) at once; one
+    result per agent, by name."""
+    if not clients:
+        return []
+    items = sorted(clients.items())
+    call: Callable[[tuple[str, AgentClient]], AgentLever] = \
+        lambda item: _one(item[0], item[1], action, reason)  # noqa: E731
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(items))),
+                            thread_name_prefix="halt") as pool:
+        return list(pool.map(call, items))
+
+
+def halted_lines(clients: Mapping[str, AgentClient]) -> list[str]:
+    """One line per agent of ``clients`` whose lever is engaged (agents that do not
+    answer, or have no lever, are left to the run's own checks)."""
+    return [lever.line for lever in each_agent(clients, "status") if lever.engaged]
+
+
+def refuse_if_halted(clients: Mapping[str, AgentClient]) -> None:
+    """:class:`FleetHalted` naming the lever when it is engaged on any of ``clients``."""
+    halted = halted_lines(clients)
+    if halted:
+        more = f" (and {len(halted) - 1} more agent(s))" if len(halted) > 1 else ""
+        raise FleetHalted(f"the safety lever is engaged: {halted[0]}{more}; nothing "
+                          "injected; `gameday halt --release` releases it")

@@ -196,6 +196,7 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
     result.slo = {key: value for key, value in vars(extension.slo).items() if value is not None}
     result.safeguards = [_safeguard_line(guard) for guard in extension.safeguards]
     result.silence = extension.silence.line() if extension.silence is not None else None
+    result.stop_on = extension.stop_on.line() if extension.stop_on is not None else None
     if target_config.allowed_nodes is not None or target_config.allowed_namespaces is not None:
         result.allowlist = {"source": target_config.source,
                             "nodes": sorted(target_config.allowed_nodes or ()),

@@ -243,6 +243,8 @@ def _print_plan(kind: str, planned: list[PlannedFault], session: sessions.Sessio
     if session.extension.silence is not None:
         print(f"  {session.extension.silence.line()}; before the method, ending a lease "
               f"({session.extension.lease_s:g} s) ahead until the rollbacks", file=out)
+    if session.extension.stop_on is not None:
+        print(f"  {session.extension.stop_on.line()}", file=out)
     if session.locks.held():
         print(f"  locks: {', '.join(session.locks.held())}", file=out)
 
@@ -308,7 +310,9 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
                       "slo": vars(loaded.extension.slo),
                       "blast_radius": vars(loaded.extension.blast_radius),
                       "lease_s": loaded.extension.lease_s,
-                      "safeguards": [vars(s) for s in loaded.extension.safeguards]},
+                      "safeguards": [vars(s) for s in loaded.extension.safeguards],
+                      "stop_on": None if loaded.extension.stop_on is None
+                      else loaded.extension.stop_on.line()},
         "target_config": session.target_config.source or None,
         "faults": [entry.to_json() for entry in session.ledger],
         "verifiers": [result.to_json() for result in session.results],

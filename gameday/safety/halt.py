@@ -7,16 +7,24 @@ is listed as such, never dropped. The Kubernetes side (one ConfigMap the agents 
 is :mod:`gameday.targets.kubernetes.halt`.
 """
 
+import getpass
+import os
+import socket
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal
 
+from gameday import paths
 from gameday.engine.agent_client import AgentClient, AgentHalted
-from gameday.errors import AgentError, InvalidInput
+from gameday.errors import AgentError, GamedayError, InvalidInput
+from gameday.safety import targetconfig
+from gameday.safety.cleanup import known_agents
 
 __all__ = ["MAX_PARALLEL", "AgentLever", "FleetHalted", "each_agent", "halted_lines",
-           "refuse_if_halted"]
+           "refuse_if_halted", "throw", "uses_kubernetes", "who"]
 
 #: Agents asked at once.
 MAX_PARALLEL: Final = 128
@@ -103,3 +111,72 @@ def refuse_if_halted(clients: Mapping[str, AgentClient]) -> None:
         more = f" (and {len(halted) - 1} more agent(s))" if len(halted) > 1 else ""
         raise FleetHalted(f"the safety lever is engaged: {halted[0]}{more}; nothing "
                           "injected; `gameday halt --release` releases it")
+
+
+def who() -> str:
+    """Who throws the lever from this machine: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def uses_kubernetes(asked: bool) -> bool:
+    """Whether the cluster's lever ConfigMap is thrown too: asked, or
+    ``$GAMEDAY_K8S_API_URL`` set."""
+    return asked or bool(os.environ.get("GAMEDAY_K8S_API_URL"))
+
+
+def throw(action: Action, reason: str, target_config: Path | None = None, *,
+          kubernetes: bool = False) -> dict[str, Any]:
+    """``action`` on every known agent (and the cluster's ConfigMap); the command's JSON
+    document (``lines`` is its text). :class:`InvalidInput` when no agent is known."""
+    config = targetconfig.from_environment(target_config)
+    clients, problems = known_agents(paths.lab_dir(), config)
+    if not clients and not kubernetes:
+        raise InvalidInput("no agent known: start the lab, give --target-config FILE, set "
+                           "GAMEDAY_AGENT_URL and GAMEDAY_AGENT_TOKEN, or pass --kubernetes"
+                           + (f" ({'; '.join(problems)})" if problems else ""))
+    started = time.monotonic()
+    levers = each_agent(clients, action, reason)
+    cluster = _kubernetes(action, reason) if kubernetes else None
+    wanted = {"engage": True, "release": False, "status": None}[action]
+    failed = [lever for lever in levers if lever.engaged is None
+              or (wanted is not None and lever.engaged is not wanted)]
+    lines = [lever.line for lever in levers] + [f"not reached: {p}" for p in problems]
+    if cluster is not None:
+        lines.append(cluster["line"])
+    bad = bool(failed or problems or (cluster is not None and cluster["error"]))
+    verb = {"engage": "engaged on", "release": "released on", "status": "read from"}[action]
+    answered = len(levers) - sum(1 for lever in levers if lever.engaged is None)
+    lines.append(f"safety lever {verb} {answered} of {len(levers)} agent(s) in "
+                 f"{time.monotonic() - started:.2f} s"
+                 + (f"; {len(failed)} did not answer or refused" if failed else ""))
+    return {"action": action, "reason": reason if action == "engage" else None,
+            "agents": [lever.to_json() for lever in levers], "kubernetes": cluster,
+            "problems": problems, "lines": lines, "exit_code": 1 if bad else 0}
+
+
+def _kubernetes(action: Action, reason: str) -> dict[str, Any]:
+    """The cluster's lever ConfigMap after ``action``: engaged, line, error."""
+    from gameday.contract.halt import FleetLever
+    from gameday.targets.kubernetes.halt import fleet_lever_object
+
+    try:
+        lever_object = fleet_lever_object()
+        if action == "engage":
+            held = lever_object.engage(FleetLever(True, reason, who(), time.time()))
+        elif action == "release":
+            lever_object.release()
+            held = FleetLever(False)
+        else:
+            held = lever_object.read()
+    except GamedayError as exc:
+        return {"engaged": None, "line": f"kubernetes: {exc}", "error": str(exc)}
+    state = (f"halted by {held.engaged_by or 'unknown'}: {held.reason or 'no reason given'}"
+             if held.engaged else "released")
+    return {"engaged": held.engaged, "object": lever_object.where, "reason": held.reason,
+            "engaged_by": held.engaged_by, "engaged_at": held.engaged_at,
+            "line": f"kubernetes {lever_object.where}: {state} (agents follow it on their "
+                    "next reconcile round)", "error": None}

@@ -12,6 +12,7 @@ validation, target resolution or the blast-radius check fails.
 """
 
 import copy
+import dataclasses
 import datetime
 import platform
 import re
@@ -40,6 +41,7 @@ from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.safety import targetconfig
 from gameday.safety.halt import refuse_if_halted
 from gameday.safety.locks import target_key
+from gameday.safety.stop_conditions import StopOnSpec
 from gameday.targets.base import GpuRef, Target, run_configuration, target_settings
 from gameday.targets.open import open_target
 
@@ -64,6 +66,7 @@ class RunOptions:
     target_config: Path | None = None  # else $GAMEDAY_TARGET_CONFIG
     sign_key: Path | None = None
     render_plan: bool = True  # a dry run prints its plan (not for --output json)
+    stop_on: StopOnSpec | None = None  # a playbook's stop conditions, with the experiment's
 
 
 @dataclass
@@ -158,11 +161,27 @@ def preview(options: RunOptions) -> "Plan":
     injects nothing and takes no lock (:func:`gameday.engine.plan.plan`)."""
     from gameday.engine.plan import plan  # loaded by dry runs only
 
-    loaded = load_experiment(options.path, options.variables)
+    loaded = with_stop_on(load_experiment(options.path, options.variables), options.stop_on)
     config = targetconfig.from_environment(options.target_config)
     kind = options.target or loaded.extension.target or "none"
     return plan(loaded, kind=kind, variables=options.variables, target_config=config,
                 lab_dir=options.lab_dir)
+
+
+def with_stop_on(loaded: LoadedExperiment, extra: StopOnSpec | None) -> LoadedExperiment:
+    """``loaded`` whose extension also stops on ``extra`` (a playbook's conditions): its
+    own when it has none, else both lists of alerts (one Alertmanager per run:
+    :class:`InvalidInput` when they name two)."""
+    own = loaded.extension.stop_on
+    if extra is None:
+        return loaded
+    if own is not None and own.alertmanager != extra.alertmanager:
+        raise InvalidInput(f"{loaded.path}: stop_on watches {own.alertmanager}, the "
+                           f"playbook's {extra.alertmanager}: one Alertmanager per run")
+    merged = extra if own is None else dataclasses.replace(
+        own, alerts=own.alerts + extra.alerts, interval_s=min(own.interval_s, extra.interval_s))
+    return dataclasses.replace(loaded, extension=dataclasses.replace(loaded.extension,
+                                                                     stop_on=merged))
 
 
 def run(options: RunOptions) -> RunOutcome:
@@ -175,7 +194,7 @@ def run(options: RunOptions) -> RunOutcome:
         if options.render_plan:
             render(planned_run, options.out)
         return RunOutcome(planned_run.exit_code, plan=planned_run)
-    loaded = load_experiment(options.path, options.variables)
+    loaded = with_stop_on(load_experiment(options.path, options.variables), options.stop_on)
     config = targetconfig.from_environment(options.target_config)
     sign_key = None
     if options.sign_key:

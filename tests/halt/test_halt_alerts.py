@@ -4,7 +4,8 @@ scraped every second; when the test raises it, the rule fires, Alertmanager hold
 alert, and
 
 - a running ``gameday run`` whose extension names the alert in ``stop_on`` rolls back
-  and exits 1, journaling which alert stopped it;
+  and exits 1, journaling which alert stopped it; a ``gameday play`` whose playbook
+  names one stops its run and skips the rest;
 - Alertmanager routes another alert to ``gameday halt --serve-webhook`` (a real
   subprocess), which engages the lever on the agent (in-process, over real HTTP; the
   lab's virtual GPUs stand in for NVML): its fault is reverted and new ones refused.
@@ -38,10 +39,11 @@ WEBHOOK_TOKEN = "wh" + "0123456789abcdef" * 4
 
 
 class Gauges:
-    """``/metrics`` with the gauges ``gameday_test_stop`` and ``gameday_test_halt``."""
+    """``/metrics`` with the gauges ``gameday_test_stop``, ``_halt`` and ``_play``."""
 
     def __init__(self) -> None:
-        self.values = {"gameday_test_stop": 0.0, "gameday_test_halt": 0.0}
+        self.values = {"gameday_test_stop": 0.0, "gameday_test_halt": 0.0,
+                       "gameday_test_play": 0.0}
         gauges = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +95,8 @@ def stack() -> Iterator[Stack]:
             {"alert": "CheckoutErrorsHigh", "expr": "gameday_test_stop > 0",
              "labels": {"severity": "critical", "team": "checkout"},
              "annotations": {"summary": "checkout errors"}},
+            {"alert": "GameDayMustStop", "expr": "gameday_test_play > 0",
+             "labels": {"severity": "critical"}},
             {"alert": "HaltTheFleet", "expr": "gameday_test_halt > 0",
              "labels": {"severity": "page"},
              "annotations": {"summary": "error budget gone"}}]}]}))
@@ -239,3 +243,52 @@ def test_alertmanager_webhook_engages_the_lever(stack: Stack, tmp_path: Path) ->
             hook.terminate()
             hook.wait(timeout=20)
         assert hook.returncode == 0
+
+
+def test_a_playbooks_stop_condition_stops_the_game_day(stack: Stack, tmp_path: Path) -> None:
+    markers = [tmp_path / "first", tmp_path / "second"]
+    for marker in markers:
+        write_experiment(tmp_path / f"{marker.name}.yaml", {
+            "version": "1.0.0", "title": marker.name, "description": "a long method",
+            "method": [python_activity("action", "sleep", "sleep", seconds=90,
+                                       marker=str(marker))]})
+    playbook = tmp_path / "day.yaml"
+    playbook.write_text(yaml.safe_dump({
+        "version": 1, "title": "stopped by an alert",
+        "stop_on": {"alertmanager": stack.am.url, "interval_s": 0.5,
+                    "alerts": [{"alertname": "GameDayMustStop"}]},
+        "experiments": [{"path": "first.yaml"}, {"path": "second.yaml"}]}))
+    env = env_for(tmp_path)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "gameday"), "play",
+                             str(playbook), "--journal-dir", str(tmp_path / "journals")],
+                            env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: markers[0].with_suffix(".started").exists() or proc.poll() is not None,
+              60, "the first experiment started")
+        assert proc.poll() is None, proc.communicate()[0]
+        stack.gauges.values["gameday_test_play"] = 1
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        stack.gauges.values["gameday_test_play"] = 0
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, out
+    assert "stopped: stop condition fired: alert GameDayMustStop" in out, out
+    assert not markers[1].with_suffix(".started").exists()  # the rest was skipped
+
+
+def test_a_playbooks_bad_stop_condition_names_file_key_and_line(tmp_path: Path) -> None:
+    write_experiment(tmp_path / "one.yaml", {
+        "version": "1.0.0", "title": "one", "description": "d",
+        "method": [python_activity("action", "sleep", "sleep", seconds=0)]})
+    playbook = tmp_path / "day.yaml"
+    playbook.write_text("version: 1\ntitle: t\nstop_on:\n  alertmanager: http://a:9093\n"
+                        "  alerts:\n    - [\"alertname~X\"]\nexperiments:\n"
+                        "  - {path: one.yaml}\n")
+    done = subprocess.run([str(Path(sys.executable).parent / "gameday"), "validate",
+                           str(playbook)], env=env_for(tmp_path), cwd=REPO, text=True,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2
+    assert f"{playbook}:6: stop_on.alerts[0][0]: must be a matcher" in done.stdout + done.stderr

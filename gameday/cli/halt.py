@@ -1,7 +1,7 @@
 """``gameday halt``: the fleet's safety lever, thrown, released or read on every agent
 gameday knows: the lab's, the target configuration's (``--target-config``), the host
 agent of ``$GAMEDAY_AGENT_URL``, and, with ``--kubernetes`` (or ``$GAMEDAY_K8S_API_URL``
-set), the lever's ConfigMap the agents of the cluster watch.
+set), the lever's ConfigMap the agents of the cluster watch and the agents the API lists.
 
 Exit codes: 0 when every agent (and the ConfigMap) answered and holds what was asked;
 1 when some did not answer or refused (each listed); 2 when no agent is known.

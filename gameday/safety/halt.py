@@ -49,6 +49,7 @@ class AgentLever:
     state: Mapping[str, Any] | None = None
     error: str | None = None
     active: int | None = None
+    follows_object: bool = False  # released with the cluster's ConfigMap, on its next round
 
     def to_json(self) -> dict[str, Any]:
         return {"agent": self.agent, "engaged": self.engaged, "line": self.line,
@@ -72,6 +73,10 @@ def _one(agent: str, client: AgentClient, action: Action, reason: str) -> AgentL
         else:
             state = client.halt_state()
     except AgentHalted as exc:  # a release the fleet's Kubernetes object refuses
+        if exc.halt.get("source") == "kubernetes":
+            return AgentLever(agent, True, f"{agent}: engaged from the cluster's ConfigMap; "
+                              "released with it on its next reconcile round", exc.halt,
+                              follows_object=True)
         return AgentLever(agent, True, f"{agent}: {exc}", exc.halt, str(exc))
     except AgentError as exc:
         if exc.status == 404:
@@ -139,14 +144,22 @@ def throw(action: Action, reason: str, target_config: Path | None = None, *,
                            "GAMEDAY_AGENT_URL and GAMEDAY_AGENT_TOKEN, or pass --kubernetes"
                            + (f" ({'; '.join(problems)})" if problems else ""))
     started = time.monotonic()
+    cluster = _kubernetes(action, reason) if kubernetes else None  # first: the one object
+    notes: list[str] = []
+    if kubernetes:
+        found, note = _cluster_agents()
+        for client in found.values():
+            clients.setdefault(client.url, client)
+        notes += [note] if note else []
     levers = each_agent(clients, action, reason)
-    cluster = _kubernetes(action, reason) if kubernetes else None
     wanted = {"engage": True, "release": False, "status": None}[action]
     failed = [lever for lever in levers if lever.engaged is None
-              or (wanted is not None and lever.engaged is not wanted)]
+              or (wanted is not None and lever.engaged is not wanted
+                  and not lever.follows_object)]
     lines = [lever.line for lever in levers] + [f"not reached: {p}" for p in problems]
     if cluster is not None:
         lines.append(cluster["line"])
+    lines += notes
     bad = bool(failed or problems or (cluster is not None and cluster["error"]))
     verb = {"engage": "engaged on", "release": "released on", "status": "read from"}[action]
     answered = len(levers) - sum(1 for lever in levers if lever.engaged is None)
@@ -156,6 +169,19 @@ def throw(action: Action, reason: str, target_config: Path | None = None, *,
     return {"action": action, "reason": reason if action == "engage" else None,
             "agents": [lever.to_json() for lever in levers], "kubernetes": cluster,
             "problems": problems, "lines": lines, "exit_code": 1 if bad else 0}
+
+
+def _cluster_agents() -> tuple[dict[str, AgentClient], str | None]:
+    """The agents the cluster's API lists (as ``--target kubernetes`` finds them), asked
+    directly so that they act at once; when none can be found, a note: they follow the
+    ConfigMap on their next reconcile round anyway."""
+    from gameday.targets.kubernetes.target import kubernetes_target
+
+    try:
+        return dict(kubernetes_target({}).agents), None
+    except GamedayError as exc:
+        return {}, (f"kubernetes agents not asked directly ({exc}); each follows the "
+                    "ConfigMap on its next reconcile round")
 
 
 def _kubernetes(action: Action, reason: str) -> dict[str, Any]:

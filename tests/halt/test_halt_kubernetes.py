@@ -3,7 +3,8 @@ Kubernetes API is the local **stand-in** (``gameday.testing.kube``: real HTTP, t
 ``kubernetes`` client; it serves ConfigMaps but no watches, and the agents read the
 object every reconciler round). The agents are real processes (``gameday agent serve
 --reconcile-kubernetes``, marker backend: a fault is a file); the lever is thrown by a
-real ``gameday halt --kubernetes`` process that has exited before the agents look."""
+real ``gameday halt --kubernetes`` process, which also finds the agents' pods through
+the API and asks them directly, and has exited before the agents look again."""
 
 import json
 import pathlib
@@ -69,6 +70,13 @@ def _engaged(client: AgentClient) -> bool:
     return bool(client.halt_state()["engaged"])
 
 
+def _pod(api: KubeStandin, node: str, url: str) -> None:
+    """The agent's DaemonSet pod on ``node`` (as the stand-in lists it), serving at ``url``."""
+    api.add_pod("gameday-system", f"gameday-agent-{node}", node,
+                labels={"app.kubernetes.io/name": "gameday-agent"}, pod_ip="127.0.0.1",
+                port=int(url.rsplit(":", 1)[1]), owner_kind="DaemonSet")
+
+
 def test_the_configmap_halts_every_agent_without_the_orchestrator(
         api: KubeStandin, tmp_path: pathlib.Path) -> None:
     markers = tmp_path / "markers"
@@ -79,6 +87,9 @@ def test_the_configmap_halts_every_agent_without_the_orchestrator(
     agents = {node: _agent(tmp_path, node, env) for node in ("gpu-0", "gpu-1")}
     try:
         clients = {node: AgentClient(read_url(proc), TOKEN) for node, proc in agents.items()}
+        api.add_secret("gameday-system", "gameday-agent-token", {"token": TOKEN})
+        for node, client in clients.items():
+            _pod(api, node, client.url)
         held = {node: client.inject(KIND, {"gpu": 0}, {}, 3600)["id"]
                 for node, client in clients.items()}
         assert {p.name for p in markers.iterdir()} == set(held.values())
@@ -86,13 +97,15 @@ def test_the_configmap_halts_every_agent_without_the_orchestrator(
         thrown = _halt(["--reason", "INC-1: fleet-wide ECC storm"], cli_env)
         assert thrown["returncode"] == 0, thrown
         assert thrown["kubernetes"]["engaged"] is True
+        assert [a["active"] for a in thrown["agents"]] == [0, 0]  # asked directly, at once
+        assert list(markers.iterdir()) == []
         configmap = api.configmaps[("gameday-system", "gameday-halt")]
         assert configmap["data"]["engaged"] == "true"
         assert configmap["data"]["reason"] == "INC-1: fleet-wide ECC storm"
         # the orchestrator (the CLI) is gone; the agents find the object themselves
         for client in clients.values():
-            _until(lambda c=client: _engaged(c), "the agent followed the ConfigMap")
-        assert list(markers.iterdir()) == []
+            _until(lambda c=client: c.halt_state()["source"] == "kubernetes",
+                   "the agent followed the ConfigMap")
         state = clients["gpu-0"].halt_state()
         assert state["source"] == "kubernetes"
         assert state["engaged_by"].startswith("kubernetes:gameday-system/gameday-halt (")
@@ -108,16 +121,20 @@ def test_the_configmap_halts_every_agent_without_the_orchestrator(
         away = dict(env, GAMEDAY_K8S_API_URL="http://127.0.0.1:9")
         agents["gpu-0"] = _agent(tmp_path, "gpu-0", away)
         clients["gpu-0"] = AgentClient(read_url(agents["gpu-0"]), TOKEN)
+        _pod(api, "gpu-0", clients["gpu-0"].url)  # its pod, replaced by the DaemonSet
         time.sleep(4 * ROUND_S)
         assert _engaged(clients["gpu-0"])
         with pytest.raises(AgentHalted):
             clients["gpu-0"].inject(KIND, {"gpu": 0}, {}, 60)
 
         status = _halt(["--status"], cli_env)
-        assert status["kubernetes"]["engaged"] is True and status["agents"] == []
+        assert status["kubernetes"]["engaged"] is True
+        assert [a["engaged"] for a in status["agents"]] == [True, True]
 
         released = _halt(["--release"], cli_env)
-        assert released["returncode"] == 0, released
+        assert released["returncode"] == 0, released  # each follows the object's release
+        assert all("released with it on its next reconcile round" in a["line"]
+                   for a in released["agents"])
         assert ("gameday-system", "gameday-halt") not in api.configmaps
         _until(lambda: not _engaged(clients["gpu-1"]), "the agent followed the release")
         clients["gpu-1"].revert(clients["gpu-1"].inject(KIND, {"gpu": 0}, {}, 60)["id"])

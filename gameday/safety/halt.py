@@ -54,7 +54,8 @@ class AgentLever:
     def to_json(self) -> dict[str, Any]:
         return {"agent": self.agent, "engaged": self.engaged, "line": self.line,
                 "lever": dict(self.state) if self.state is not None else None,
-                "error": self.error, "active": self.active}
+                "error": self.error, "active": self.active,
+                "follows_object": self.follows_object}
 
 
 def _line(agent: str, state: Mapping[str, Any]) -> str:

@@ -41,7 +41,7 @@ def test_lever_reverts_refuses_and_survives_sigkill(dirs: dict[str, pathlib.Path
     env = agent_env(dirs["markers"])
     first = run_agent(_args(dirs), env, dirs["stderr"])
     try:
-        with AgentClient(read_url(first), TOKEN) as client:
+        with AgentClient(read_url(first, 60), TOKEN) as client:
             held = [client.inject(KIND, {"gpu": 0, "slot": i}, {}, 3600)["id"] for i in range(5)]
             assert _markers(dirs) == set(held)
             engaged = client.halt("on-call: checkout errors up")
@@ -66,7 +66,7 @@ def test_lever_reverts_refuses_and_survives_sigkill(dirs: dict[str, pathlib.Path
         kill(first)
     second = run_agent(_args(dirs), env, dirs["stderr"])
     try:
-        with AgentClient(read_url(second), TOKEN) as client:
+        with AgentClient(read_url(second, 60), TOKEN) as client:
             assert client.halt_state()["engaged"] is True  # persisted across the restart
             with pytest.raises(AgentHalted):
                 client.inject(KIND, {"gpu": 0}, {}, 60)
@@ -90,7 +90,7 @@ def test_lever_reverts_refuses_and_survives_sigkill(dirs: dict[str, pathlib.Path
 def test_halt_body_is_checked(dirs: dict[str, pathlib.Path]) -> None:
     agent = run_agent(_args(dirs), agent_env(dirs["markers"]), dirs["stderr"])
     try:
-        with AgentClient(read_url(agent), TOKEN) as client:
+        with AgentClient(read_url(agent, 60), TOKEN) as client:
             for body in ([1], {"reason": 5}, {"why": "x"}):
                 with pytest.raises(AgentError) as bad:
                     client._call("POST", "/v1/halt", body)

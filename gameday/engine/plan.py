@@ -489,8 +489,6 @@ def render(result: Plan, out: TextIO) -> None:
         say(f"  {result.silence}")
     if result.stop_on:
         say(f"  {result.stop_on}")
-    for line in result.halted:
-        say(f"  safety lever: {line}")
     for lock in result.locks:
         say(f"  lock {lock['key']}: " + (f"held by {lock['held_by']}" if lock["held_by"]
                                          else "free"))

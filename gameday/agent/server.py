@@ -182,6 +182,7 @@ class AgentServer:
         self.lever = Lever(halt_path(state_path), node, clock=clock.now)
         self.lever.revert_all = lambda: self.registry.revert_all("halted")
         self.registry.refuse = self.lever.check
+        self.metrics.track_halted(lambda: self.lever.state.engaged)
         self._reap_interval_s = reap_interval_s
         self._httpd = _AgentHTTPServer(host, port, self, max_connections=max_connections,
                                        per_source=per_source)

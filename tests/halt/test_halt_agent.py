@@ -6,6 +6,7 @@ directory, and engaging and releasing are in the agent's audit trail."""
 import json
 import pathlib
 import signal
+import urllib.request
 
 import pytest
 
@@ -48,6 +49,11 @@ def test_lever_reverts_refuses_and_survives_sigkill(dirs: dict[str, pathlib.Path
             assert engaged["engaged"] is True and engaged["active"] == 0
             assert engaged["engaged_by"].startswith("token:")
             assert _markers(dirs) == set()  # every fault reverted before the answer
+            with urllib.request.urlopen(client.url + "/metrics", timeout=10) as answer:
+                metrics = answer.read().decode()
+            assert "gameday_agent_halted 1.0" in metrics
+            assert 'gameday_agent_faults_reverted_total{kind="test.marker",reason="halted"} 5.0' \
+                in metrics
             reverted = {f["id"]: f["revert_reason"] for f in client.faults(include_reverted=True)}
             assert all(reverted[i] == "halted" for i in held)
             with pytest.raises(AgentHalted) as refused:

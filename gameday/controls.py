@@ -32,12 +32,13 @@ import structlog
 
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals, timeouts
+from gameday.engine import signals, stops, timeouts
 from gameday.engine.verdict import judge
 from gameday.errors import GamedayError
 from gameday.experiment.extension import parse_extension
 from gameday.safety import targetconfig
 from gameday.safety.safeguards import SafeguardWatch, interrupt_main_thread
+from gameday.safety.stop_conditions import StopConditionWatch
 from gameday.targets.open import open_target
 
 log = structlog.get_logger("gameday.controls")
@@ -47,7 +48,7 @@ __all__ = ["after_activity_control", "after_experiment_control", "after_hypothes
            "before_method_control", "cleanup_control", "configure_control"]
 
 _owned: list[sessions.Session] = []
-_watches: list[SafeguardWatch] = []
+_watches: list[SafeguardWatch | StopConditionWatch] = []
 
 
 def configure_control(configuration: dict[str, Any] | None = None,
@@ -56,6 +57,7 @@ def configure_control(configuration: dict[str, Any] | None = None,
     """Install signal handling; under ``chaos run``, open the session and its target
     (settings from the secrets, under the configuration, as ``gameday run`` reads them)."""
     signals.install()
+    stops.install()
     session = sessions.active()
     if session is None:
         try:
@@ -104,7 +106,8 @@ def before_method_control(context: dict[str, Any],
                           configuration: dict[str, Any] | None = None,
                           sli: dict[str, Any] | None = None, **_: Any) -> None:
     """Create the extension's Alertmanager silence, start watching its safeguards
-    (``gameday.safety.safeguards``) for the method, and start the run's SLI recorder
+    (``gameday.safety.safeguards``) and its stop conditions
+    (``gameday.safety.stop_conditions``) for the method, and start the run's SLI recorder
     when the control has an ``sli`` argument."""
     session = sessions.current()
     session.hold_silence()
@@ -120,6 +123,11 @@ def before_method_control(context: dict[str, Any],
                            clock=session.clock, on_breach=breached)
     if watch.start():
         _watches.append(watch)
+    if session.extension.stop_on is not None:
+        _watches.append(StopConditionWatch(
+            session.extension.stop_on, clock=session.clock,
+            on_fire=lambda reason, detail: session.stop(reason, "stop_condition",
+                                                        **detail)).start())
 
 
 def after_method_control(context: dict[str, Any], **_: Any) -> None:

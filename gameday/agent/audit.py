@@ -96,7 +96,7 @@ class AuditTrail:
                phase: Phase = "outcome", size: int | None = None) -> None:
         """Append one request's record (``body``: the decoded request, if any; only its
         kind, target and params, redacted, are kept, or each fault's of a batch; none of
-        it for ``unauthenticated``, which keeps ``size`` instead)."""
+        it for ``unauthenticated``, which keeps ``size`` instead), and a halt's reason."""
         entry: dict[str, Any] = {"time": time.time(), "phase": phase, "source": source,
                                  "identity": identity, "token": token, "method": method[:16],
                                  "path": path[:256], "status": status}
@@ -109,6 +109,8 @@ class AuditTrail:
                 entry.update(_fault_fields(body))
             if isinstance(body.get("ids"), list):
                 entry["ids"] = redact(body["ids"][:1024])
+            if isinstance(body.get("reason"), str):  # POST /v1/halt
+                entry["reason"] = redact(body["reason"][:300])
         self.write(entry)
 
     def fault(self, phase: Literal["apply", "revert"], fault_id: str, kind: str,

@@ -42,6 +42,9 @@ class AgentMetrics:
                              "1 while the fault is held, 0 after: game-day windows.",
                              ["kind", "target", "layer", "run", "fault"],
                              registry=self.registry)
+        self._halted = Gauge("gameday_agent_halted",
+                             "1 while this agent's safety lever is engaged (gameday halt).",
+                             registry=self.registry)
         self._held: dict[str, tuple[str, ...]] = {}  # fault id -> its labels
         self._ended: OrderedDict[tuple[str, ...], None] = OrderedDict()
 
@@ -58,6 +61,10 @@ class AgentMetrics:
     def track_active(self, count: Callable[[], int]) -> None:
         """Read the active-fault gauge from ``count`` at each scrape."""
         self._active.set_function(lambda: float(count()))
+
+    def track_halted(self, engaged: Callable[[], bool]) -> None:
+        """Read the lever gauge from ``engaged`` at each scrape."""
+        self._halted.set_function(lambda: 1.0 if engaged() else 0.0)
 
     def applied(self, kind: str, count: int = 1) -> None:
         """``count`` more faults of ``kind`` applied (a batch counts each kind once)."""

@@ -48,6 +48,10 @@ _REQUEST_ID = {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_ID,
 _MATCHES = ("what the target would hit: processes [{pid, command}], interfaces [name], "
             "service and port, paths [resolved], cgroups, gpus [{index, uuid, name}]; {} "
             "when the item is not admissible or its kind reports nothing")
+_HALT = {"description": "the lever", "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/Lever"}}}}
+_HALTED = ("423: the agent's lever is engaged (code halted; halt: the lever): nothing is "
+           "applied, checked or renewed until it is released")
 _FAULT_ID = {"name": "fault_id", "in": "path", "required": True,
              "schema": {"type": "string", "minLength": 1}}
 
@@ -82,7 +86,7 @@ def spec() -> dict[str, Any]:
                 "post": {"requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/InjectRequest"}}}},
                     "responses": {"201": _FAULT,
-                                  **_errors(400, 401, 403, 409, 411, 413, 503)}},
+                                  **_errors(400, 401, 403, 409, 411, 413, 423, 503)}},
             },
             "/v1/faults/{fault_id}": {
                 "parameters": [_FAULT_ID],
@@ -93,7 +97,7 @@ def spec() -> dict[str, Any]:
                 "parameters": [_FAULT_ID],
                 "post": {"requestBody": {"required": False, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/RenewRequest"}}}},
-                    "responses": {"200": _FAULT, **_errors(400, 401, 404, 410)}},
+                    "responses": {"200": _FAULT, **_errors(400, 401, 404, 410, 423)}},
             },
             "/v1/faults:batch": {"post": {
                 "description": f"apply up to {MAX_BATCH_ITEMS} faults, all or nothing (body "
@@ -103,7 +107,7 @@ def spec() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchInjectRequest"}}}},
                 "responses": {"201": {"description": "the faults, in order"},
-                              **_errors(400, 401, 403, 409, 411, 413, 503)}}},
+                              **_errors(400, 401, 403, 409, 411, 413, 423, 503)}}},
             "/v1/faults:batch-revert": {"post": {
                 "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {
@@ -113,7 +117,7 @@ def spec() -> dict[str, Any]:
                 "parameters": [_PREFER],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/BatchRenewRequest"}}}},
-                "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413)}}},
+                "responses": {"200": _BATCH_ANSWER, **_errors(400, 401, 411, 413, 423)}}},
             "/v1/requests:resolve": {"post": {
                 "description": "settle request ids whose answer was never read: a request "
                                "applied is reverted (outcome reverted, with its fault); one "
@@ -135,7 +139,20 @@ def spec() -> dict[str, Any]:
                 "responses": {"200": {"description": "a result per item, in order",
                                       "content": {"application/json": {"schema": {
                                           "$ref": "#/components/schemas/CheckAnswer"}}}},
-                              **_errors(400, 401, 411, 413, 503)}}},
+                              **_errors(400, 401, 411, 413, 423, 503)}}},
+            "/v1/halt": {
+                "get": {"description": _HALTED, "responses": {"200": _HALT, **_errors(401)}},
+                "post": {"description": "engage the lever: every fault held is reverted "
+                                        "(reason halted) before the answer, and new ones are "
+                                        "refused until it is released; engaging an engaged "
+                                        "lever keeps its first who, when and why",
+                         "requestBody": {"required": False, "content": {"application/json": {
+                             "schema": {"$ref": "#/components/schemas/HaltRequest"}}}},
+                         "responses": {"200": _HALT, **_errors(400, 401, 411, 413)}},
+                "delete": {"description": "release the lever (423 while the fleet's "
+                                          "Kubernetes object holds it)",
+                           "responses": {"200": _HALT, **_errors(401, 423)}},
+            },
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -200,6 +217,20 @@ def spec() -> dict[str, Any]:
                                          "expires_at": {"type": "number"},
                                          "reverted_at": {"type": ["number", "null"]},
                                          "revert_reason": {"enum": [*REVERT_REASONS, None]}}},
+                "HaltRequest": {"type": "object", "additionalProperties": False,
+                                "properties": {"reason": {"type": "string"}}},
+                "Lever": {"type": "object", "required": ["node", "engaged"], "properties": {
+                    "node": {"type": "string"}, "engaged": {"type": "boolean"},
+                    "reason": {"type": "string"},
+                    "engaged_by": {"type": "string",
+                                   "description": "client identity: certificate identity, "
+                                                  "token fingerprint, else address"},
+                    "engaged_at": {"type": ["number", "null"]},
+                    "source": {"enum": ["api", "kubernetes"]},
+                    "released_by": {"type": "string"},
+                    "released_at": {"type": ["number", "null"]},
+                    "active": {"type": "integer",
+                               "description": "faults still held (POST only)"}}},
                 "MinimalFault": {"description": _MINIMAL, "type": "object", "required": ["id"],
                                  "properties": {"id": {"type": "string"}}},
                 "Error": {"type": "object", "required": ["error"],

@@ -51,9 +51,10 @@ MAX_BATCH_ITEMS: Final = 1024
 MAX_BATCH_BODY_BYTES: Final = 1024 * 1024
 
 #: Why a fault was reverted (``revert_reason``).
-RevertReason = Literal["requested", "lease-expired", "agent-shutdown", "agent-restart"]
+RevertReason = Literal["requested", "lease-expired", "agent-shutdown", "agent-restart",
+                       "halted"]
 REVERT_REASONS: Final[tuple[RevertReason, ...]] = (
-    "requested", "lease-expired", "agent-shutdown", "agent-restart")
+    "requested", "lease-expired", "agent-shutdown", "agent-restart", "halted")
 
 #: The ``Prefer`` header value (RFC 7240) with which a batch request asks for minimal
 #: faults in its answer; an agent that honours it answers ``Preference-Applied`` with it.

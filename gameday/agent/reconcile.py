@@ -9,10 +9,13 @@ node: every ``interval_s`` it reads the node (one ``GET``) and, for every mark w
 under the node's resourceVersion (a concurrent renewal by a live orchestrator wins,
 and the mark is looked at again on the next round).
 
+Each round also looks at the fleet's safety lever (:mod:`gameday.agent.halt_watch`)
+once :meth:`NodeMarkReconciler.watch_lever` gave it the agent's lever.
+
 Run it with ``gameday agent serve --reconcile-kubernetes --node $(NODE_NAME)`` (the
 DaemonSet in ``deploy/kubernetes/`` does); the agent's ServiceAccount needs ``get`` and
-``patch`` on nodes. API settings as in :mod:`gameday.targets.kubernetes.config` (in a pod:
-in-cluster).
+``patch`` on nodes, and ``get`` on the ConfigMap ``gameday-halt`` of its namespace. API
+settings as in :mod:`gameday.targets.kubernetes.config` (in a pod: in-cluster).
 """
 
 import os
@@ -21,6 +24,9 @@ from typing import Any
 
 import structlog
 
+from gameday.agent.audit import AuditTrail
+from gameday.agent.halt_watch import FleetLeverWatch
+from gameday.agent.lever import Lever
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import GamedayError, InvalidInput
 from gameday.targets.kubernetes.marks import Mark
@@ -38,8 +44,10 @@ class NodeMarkReconciler:
     """Undoes the expired revert marks of one node, on demand or on a background thread."""
 
     def __init__(self, editor: NodeEditor, node: str, *, clock: Clock = SYSTEM_CLOCK,
-                 interval_s: float = 5.0) -> None:
+                 interval_s: float = 5.0, namespace: str = "gameday-system") -> None:
         self.editor = editor
+        self.namespace = namespace
+        self.lever_watch: FleetLeverWatch | None = None
         self.node = node
         self.clock = clock
         self.interval_s = interval_s
@@ -59,6 +67,11 @@ class NodeMarkReconciler:
         self.undone += undone
         return undone
 
+    def watch_lever(self, lever: Lever, audit: AuditTrail | None = None) -> FleetLeverWatch:
+        """From now on every round also keeps ``lever`` in step with the fleet's lever."""
+        self.lever_watch = FleetLeverWatch(self.editor.core, self.namespace, lever, audit)
+        return self.lever_watch
+
     def start(self) -> "NodeMarkReconciler":
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -74,15 +87,20 @@ class NodeMarkReconciler:
 
     def _loop(self) -> None:
         while True:
-            try:
-                self.reconcile_once()
-                self.last_error = None
-            except GamedayError as exc:  # the API is away: try again next round
-                if str(exc) != self.last_error:
-                    log.error("k8s reconcile failed", node=self.node, error=str(exc))
-                self.last_error = str(exc)
+            for look in (self._look_at_lever, self.reconcile_once):
+                try:
+                    look()
+                    self.last_error = None
+                except GamedayError as exc:  # the API is away: try again next round
+                    if str(exc) != self.last_error:
+                        log.error("k8s reconcile failed", node=self.node, error=str(exc))
+                    self.last_error = str(exc)
             if self._stop.wait(self.interval_s):
                 return
+
+    def _look_at_lever(self) -> None:
+        if self.lever_watch is not None:
+            self.lever_watch.look_once()
 
 
 def reconciler_for(node: str, configuration: dict[str, Any] | None = None, *,
@@ -102,5 +120,7 @@ def reconciler_for(node: str, configuration: dict[str, Any] | None = None, *,
             raise InvalidInput(f"{INTERVAL_ENV}={raw!r} is not a number of seconds") from None
         if not 0.05 <= interval_s <= 3600:
             raise InvalidInput(f"{INTERVAL_ENV} must be within 0.05..3600 s, got {raw}")
-    core = client.CoreV1Api(api_client(settings_from(configuration or {})))
-    return NodeMarkReconciler(NodeEditor(core), node, interval_s=interval_s)
+    settings = settings_from(configuration or {})
+    core = client.CoreV1Api(api_client(settings))
+    return NodeMarkReconciler(NodeEditor(core), node, interval_s=interval_s,
+                              namespace=settings.namespace)

@@ -25,7 +25,7 @@ import pathlib
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -212,6 +212,8 @@ class FaultRegistry:
         self._requests: OrderedDict[str, str] = OrderedDict()
         self._resolved: OrderedDict[str, None] = OrderedDict()
         self._closed = False
+        # raises while the agent's lever is engaged (gameday.agent.lever); called under the lock
+        self.refuse: Callable[[], None] = _admit_all
         self._log = _log.bind(node=node, backend=backend.name)
         self.metrics.track_active(self.active_count)
         self.metrics.expect(self.backend.kinds(), REVERT_REASONS)
@@ -273,6 +275,7 @@ class FaultRegistry:
                 return known[0]
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self.refuse()
             self._check_room(1)
             other = first_holder((e.fault for e in self._live.values()), request.kind, target)
             if other is not None:
@@ -346,6 +349,7 @@ class FaultRegistry:
                 return known
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self.refuse()
             try:
                 self._check_room(len(faults))
             except LimitReached as exc:
@@ -437,6 +441,7 @@ class FaultRegistry:
         with self._cond:
             if self._closed:
                 raise AgentClosing(f"agent on node {self.node} is shutting down")
+            self.refuse()
             room = self.limits.max_active - len(self._live)
             holders = TargetIndex(e.fault for e in self._live.values())
             earlier = {f.id for f in faults}
@@ -502,6 +507,7 @@ class FaultRegistry:
         results: list[Fault | GamedayError | None] = []
         expired: list[tuple[int, _Entry]] = []
         with self._cond:
+            self.refuse()
             now = self._clock.now()
             for fault_id in fault_ids:
                 try:
@@ -546,6 +552,7 @@ class FaultRegistry:
         if lease_s is not None:
             lease_s = check_lease(lease_s)
         with self._cond:
+            self.refuse()
             entry = self._settled(fault_id)
             if entry is None:
                 gone = self._history[fault_id]
@@ -943,6 +950,10 @@ class FaultRegistry:
         """The state writer finished a write: wake whoever waits for one."""
         with self._cond:
             self._cond.notify_all()
+
+
+def _admit_all() -> None:
+    """The lever of a registry no agent gave one: never engaged."""
 
 
 def _distinct(fault_ids: list[str]) -> None:

@@ -306,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              host=host, port=port, tls=tls, audit=AuditTrail(audit_path),
                              request_deadline_s=_deadline(args.request_deadline),
                              limits=policy.limits() if policy is not None else None)
+        if reconciler is not None:
+            reconciler.watch_lever(server.lever, server.audit)
     except GamedayError as exc:
         print(f"gameday agent serve: {exc}", file=sys.stderr)
         return 2

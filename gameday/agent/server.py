@@ -42,6 +42,7 @@ from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase
 from gameday.agent.audited import AuditedBackend
 from gameday.agent.framing import FramingError, RequestReader
+from gameday.agent.lever import Halted, Lever, halt_path, parse_engage
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.protocol import (
@@ -117,6 +118,7 @@ class _Request(NamedTuple):
     query: dict[str, list[str]]
     body: bytes | None
     minimal: bool = False  # Prefer: return=minimal (honoured by the batch endpoints)
+    client: str = ""  # who asks: certificate identity, else token name, else address
 
 
 class _Reply(NamedTuple):
@@ -188,6 +190,10 @@ class AgentServer:
         changes: Backend = backend if audit is None else AuditedBackend(backend, audit)
         self.registry = FaultRegistry(changes, state_path=state_path, node=node, clock=clock,
                                       metrics=self.metrics, limits=limits)
+        self.lever = Lever(halt_path(state_path), node, clock=clock.now)
+        self.lever.revert_all = lambda: self.registry.revert_all("halted")
+        self.registry.refuse = self.lever.check
+        self.metrics.track_halted(lambda: self.lever.state.engaged)
         self._reap_interval_s = reap_interval_s
         self._httpd = _AgentHTTPServer(host, port, self, max_connections=max_connections,
                                        per_source=per_source)
@@ -362,12 +368,26 @@ class AgentServer:
     def _revert(self, request: _Request, fault_id: str) -> _Reply:
         return _fault_reply(200, self.registry.revert(fault_id, "requested"))
 
+    def _halt_state(self, request: _Request) -> _Reply:
+        return _json_reply(200, {"node": self.node, **self.lever.state.to_json()})
+
+    def _halt(self, request: _Request) -> _Reply:
+        reason = parse_engage(decode_body(request.body) if request.body else None)
+        self.lever.engage(reason, request.client)
+        return _json_reply(200, {"node": self.node, **self.lever.state.to_json(),
+                                 "active": self.registry.active_count()})
+
+    def _unhalt(self, request: _Request) -> _Reply:
+        return _json_reply(200, {"node": self.node,
+                                 **self.lever.release(request.client).to_json()})
+
 
 #: The answer status of each error a request, or one fault of a batch, can end in.
 _STATUS_OF_ERROR: Final[dict[type[BaseException], int]] = {
     InvalidInput: 400, FaultRejected: 400, PolicyRefused: 403, ProtectedTarget: 403,
     UnknownFault: 404, FaultConflict: 409, RequestResolved: 409, FaultGone: 410,
-    LimitReached: 429, RevertFailed: 500, AgentClosing: 503, AuditUnavailable: 503}
+    LimitReached: 429, RevertFailed: 500, AgentClosing: 503, AuditUnavailable: 503,
+    Halted: 423}
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -388,6 +408,8 @@ def _extra_of(exc: BaseException, *, fault_inline: bool = False) -> dict[str, An
     if isinstance(exc, FaultGone):
         fault = exc.fault.to_json()
         return fault if fault_inline else {"fault": fault}
+    if isinstance(exc, Halted):
+        return {"code": "halted", "halt": exc.state.to_json()}
     return {}
 
 
@@ -420,6 +442,8 @@ _FIXED_ROUTES: Final[dict[str, dict[str, _Route]]] = {
     "/v1/faults:batch-renew": {"POST": AgentServer._renew_batch},
     "/v1/requests:resolve": {"POST": AgentServer._resolve},
     "/v1/faults:check": {"POST": AgentServer._check},
+    "/v1/halt": {"GET": AgentServer._halt_state, "POST": AgentServer._halt,
+                 "DELETE": AgentServer._unhalt},
 }
 #: Endpoints with a fault id in their path (none of them is a fixed one).
 _ID_ROUTES: Final[list[tuple[re.Pattern[str], dict[str, _Route]]]] = [
@@ -815,7 +839,9 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                 self._record(path, token, body, None, phase="intent", strict=True)
             reply = agent.handle(_Request(self.command, path,
                                           parse_qs(query) if query else {}, body,
-                                          prefers_minimal(self._fields.get("prefer"))))
+                                          prefers_minimal(self._fields.get("prefer")),
+                                          self._identity() or token
+                                          or str(self.client_address[0])))
         except _HTTPFailure as failure:
             self._record(path, token, body, failure.status)
             self._send_failure(failure)

@@ -76,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_init_command(commands)
 
+    from gameday.cli.halt import add_command as add_halt_command
+
+    add_halt_command(commands)
+
     cleanup = command(commands, "cleanup", "revert every fault the ledger (and agents) still "
                                            "hold; safe to run twice",
                       "gameday cleanup --all-agents")
@@ -390,6 +394,10 @@ def _command(args: argparse.Namespace) -> int:
             return dispatch(args)
         if args.command == "cleanup":
             return _cmd_cleanup(args)
+        if args.command == "halt":
+            from gameday.cli.halt import run_halt
+
+            return run_halt(args)
         if args.command == "audit":
             return _cmd_audit(args)
     except GamedayError as exc:

@@ -32,8 +32,8 @@ from urllib.parse import quote, urlsplit
 from gameday.agent.protocol import MAX_BATCH_ITEMS, PREFER_MINIMAL
 from gameday.errors import AgentError
 
-__all__ = ["MAX_ANSWER_BYTES", "AgentClient", "BatchFailed", "BatchResult", "Exchange",
-           "LeaseLost"]
+__all__ = ["MAX_ANSWER_BYTES", "AgentClient", "AgentHalted", "BatchFailed", "BatchResult",
+           "Exchange", "LeaseLost"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,16 @@ class LeaseLost(AgentError):
     def __init__(self, message: str, *, status: int | None = 410,
                  fault: Mapping[str, Any] | None = None) -> None:
         self.fault: dict[str, Any] = dict(fault or {})
+        super().__init__(message, status=status)
+
+
+class AgentHalted(AgentError):
+    """The agent's safety lever is engaged (``423``, code ``halted``): it applies and renews
+    nothing; ``halt`` is its lever (engaged_by, engaged_at, reason, source)."""
+
+    def __init__(self, message: str, *, status: int | None = 423,
+                 halt: Mapping[str, Any] | None = None) -> None:
+        self.halt: dict[str, Any] = dict(halt or {})
         super().__init__(message, status=status)
 
 
@@ -186,6 +196,19 @@ class AgentClient:
     def revert(self, fault_id: str) -> dict[str, Any]:
         """Revert the fault (idempotent); returns it with ``reverted_at``."""
         return self._call("DELETE", f"/v1/faults/{_quote(fault_id)}")
+
+    def halt(self, reason: str = "") -> dict[str, Any]:
+        """Engage the agent's lever (``POST /v1/halt``): it reverts every fault it holds
+        and refuses new ones; returns the lever (and ``active``, the faults still held)."""
+        return self._call("POST", "/v1/halt", {"reason": reason})
+
+    def release_halt(self) -> dict[str, Any]:
+        """Release the agent's lever (``DELETE /v1/halt``); returns the lever."""
+        return self._call("DELETE", "/v1/halt")
+
+    def halt_state(self) -> dict[str, Any]:
+        """The agent's lever (``GET /v1/halt``)."""
+        return self._call("GET", "/v1/halt")
 
     def inject_many(self, faults: Sequence[Mapping[str, Any]], *, minimal: bool = False
                     ) -> list[dict[str, Any]]:
@@ -332,6 +355,9 @@ class AgentClient:
         message = f"{where} -> {status}: {error or http.client.responses.get(status, '?')}"
         if status == 410 and isinstance(answer, dict):
             raise LeaseLost(message, status=status, fault=answer)
+        if status == 423 and isinstance(answer, dict) and answer.get("code") == "halted":
+            halt = answer.get("halt")
+            raise AgentHalted(message, status=status, halt=halt if isinstance(halt, dict) else {})
         if path == "/v1/faults:batch" and isinstance(answer, dict) and "index" in answer:
             raise _Refused(message, status=status, answer=answer)
         raise AgentError(message, status=status)

@@ -2,18 +2,20 @@
 
 If the orchestrator dies, renewals stop and each agent reverts its faults when their
 leases expire. A renewal answered ``410`` means the agent already reverted the fault;
-the ledger records that as ``lost``.
+the ledger records that as ``lost``. A renewal answered ``423 halted`` means the agent's
+safety lever is engaged (it reverted everything it held): ``on_halt`` is told, with one
+line naming the lever, and the run stops (:meth:`gameday.engine.session.Session.stop`).
 """
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import structlog
 
 from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.engine.agent_client import AgentClient, LeaseLost
+from gameday.engine.agent_client import AgentClient, AgentHalted, LeaseLost
 from gameday.errors import AgentError, GamedayError
 from gameday.evidence.ledger import FaultEntry, Ledger
 
@@ -45,6 +47,7 @@ class LeaseRenewer:
         self.routes = routes if routes is not None else {}
         self.clock = clock
         self.tick_s = tick_s
+        self.on_halt: Callable[[str], None] | None = None  # told when an agent is halted
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -82,6 +85,9 @@ class LeaseRenewer:
                     lease_s: float) -> None:
         try:
             result = client.renew_many([entry.id for entry in entries], lease_s, minimal=True)
+        except AgentHalted as exc:
+            self._halted(entries[0].node, exc)
+            return
         except AgentError as exc:
             log.warning("lease renewal failed", faults=len(entries), error=str(exc))
             return
@@ -109,10 +115,21 @@ class LeaseRenewer:
         except LeaseLost as lost:
             self.ledger.record_reverted(entry.id, self.clock.now(), "lease-lost")
             log.warning("lease lost", fault=entry.id, kind=entry.kind, error=str(lost))
+        except AgentHalted as exc:
+            self._halted(entry.node, exc)
         except AgentError as exc:
             log.warning("lease renewal failed", fault=entry.id, error=str(exc))
         else:
             self.ledger.record_renewed(entry.id, float(fault["expires_at"]))
+
+    def _halted(self, node: str, exc: AgentHalted) -> None:
+        halt = exc.halt
+        line = (f"the safety lever of node {node} is engaged by "
+                f"{halt.get('engaged_by') or 'unknown'} ({halt.get('source', 'api')}): "
+                f"{halt.get('reason') or 'no reason given'}")
+        log.warning("safety lever engaged", node=node, lever=halt)
+        if self.on_halt is not None:
+            self.on_halt(line)
 
     def _renew_routed(self, entry: FaultEntry) -> None:
         route = self.routes.get(entry.via)

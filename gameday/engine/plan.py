@@ -32,6 +32,7 @@ from gameday.engine.session_fanout import FanoutOptions, InjectRequest
 from gameday.errors import AgentError, GamedayError, InvalidInput
 from gameday.evidence.ledger import FaultEntry
 from gameday.experiment.loader import LoadedExperiment
+from gameday.safety.halt import halted_lines
 from gameday.safety.locks import Holder, live_holders, target_key
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target, run_configuration
@@ -153,6 +154,8 @@ class Plan:
     locks: list[dict[str, Any]] = field(default_factory=list)
     estimated_s: float = 0.0
     custom_actions: list[str] = field(default_factory=list)
+    halted: list[str] = field(default_factory=list)  # agents whose safety lever is engaged
+    stop_on: str | None = None  # the extension's Alertmanager stop conditions, one line
 
     @property
     def admissible(self) -> bool:
@@ -178,7 +181,8 @@ class Plan:
                                  "nodes": len(self.nodes())},
                 "allowlist": self.allowlist, "safeguards": self.safeguards,
                 "silence": self.silence, "slo": self.slo, "locks": self.locks,
-                "estimated_duration_s": self.estimated_s, "errors": self.refusals}
+                "estimated_duration_s": self.estimated_s, "errors": self.refusals,
+                "halted": self.halted, "stop_on": self.stop_on}
 
 
 def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
@@ -192,6 +196,7 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
     result.slo = {key: value for key, value in vars(extension.slo).items() if value is not None}
     result.safeguards = [_safeguard_line(guard) for guard in extension.safeguards]
     result.silence = extension.silence.line() if extension.silence is not None else None
+    result.stop_on = extension.stop_on.line() if extension.stop_on is not None else None
     if target_config.allowed_nodes is not None or target_config.allowed_namespaces is not None:
         result.allowlist = {"source": target_config.source,
                             "nodes": sorted(target_config.allowed_nodes or ()),
@@ -227,6 +232,8 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
         result.faults.append(_plan_fault(loaded, position, activity, fault_kind, target,
                                          session, configuration, result))
     if target is not None:
+        result.halted = halted_lines(target.agents)
+        result.refusals.extend(f"safety lever engaged: {line}" for line in result.halted)
         _check_with_agents(target, result)
         _judge(loaded, session, result, locks_dir or paths.ledger_path().parent / "locks")
     return result
@@ -480,6 +487,8 @@ def render(result: Plan, out: TextIO) -> None:
         say(f"  safeguard {guard}")
     if result.silence:
         say(f"  {result.silence}")
+    if result.stop_on:
+        say(f"  {result.stop_on}")
     for lock in result.locks:
         say(f"  lock {lock['key']}: " + (f"held by {lock['held_by']}" if lock["held_by"]
                                          else "free"))

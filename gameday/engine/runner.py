@@ -12,6 +12,7 @@ validation, target resolution or the blast-radius check fails.
 """
 
 import copy
+import dataclasses
 import datetime
 import platform
 import re
@@ -29,7 +30,7 @@ import gameday
 from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals
+from gameday.engine import signals, stops
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
@@ -38,7 +39,9 @@ from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.safety import targetconfig
+from gameday.safety.halt import refuse_if_halted
 from gameday.safety.locks import target_key
+from gameday.safety.stop_conditions import StopOnSpec
 from gameday.targets.base import GpuRef, Target, run_configuration, target_settings
 from gameday.targets.open import open_target
 
@@ -63,6 +66,7 @@ class RunOptions:
     target_config: Path | None = None  # else $GAMEDAY_TARGET_CONFIG
     sign_key: Path | None = None
     render_plan: bool = True  # a dry run prints its plan (not for --output json)
+    stop_on: StopOnSpec | None = None  # a playbook's stop conditions, with the experiment's
 
 
 @dataclass
@@ -157,11 +161,27 @@ def preview(options: RunOptions) -> "Plan":
     injects nothing and takes no lock (:func:`gameday.engine.plan.plan`)."""
     from gameday.engine.plan import plan  # loaded by dry runs only
 
-    loaded = load_experiment(options.path, options.variables)
+    loaded = with_stop_on(load_experiment(options.path, options.variables), options.stop_on)
     config = targetconfig.from_environment(options.target_config)
     kind = options.target or loaded.extension.target or "none"
     return plan(loaded, kind=kind, variables=options.variables, target_config=config,
                 lab_dir=options.lab_dir)
+
+
+def with_stop_on(loaded: LoadedExperiment, extra: StopOnSpec | None) -> LoadedExperiment:
+    """``loaded`` whose extension also stops on ``extra`` (a playbook's conditions): its
+    own when it has none, else both lists of alerts (one Alertmanager per run:
+    :class:`InvalidInput` when they name two)."""
+    own = loaded.extension.stop_on
+    if extra is None:
+        return loaded
+    if own is not None and own.alertmanager != extra.alertmanager:
+        raise InvalidInput(f"{loaded.path}: stop_on watches {own.alertmanager}, the "
+                           f"playbook's {extra.alertmanager}: one Alertmanager per run")
+    merged = extra if own is None else dataclasses.replace(
+        own, alerts=own.alerts + extra.alerts, interval_s=min(own.interval_s, extra.interval_s))
+    return dataclasses.replace(loaded, extension=dataclasses.replace(loaded.extension,
+                                                                     stop_on=merged))
 
 
 def run(options: RunOptions) -> RunOutcome:
@@ -174,7 +194,7 @@ def run(options: RunOptions) -> RunOutcome:
         if options.render_plan:
             render(planned_run, options.out)
         return RunOutcome(planned_run.exit_code, plan=planned_run)
-    loaded = load_experiment(options.path, options.variables)
+    loaded = with_stop_on(load_experiment(options.path, options.variables), options.stop_on)
     config = targetconfig.from_environment(options.target_config)
     sign_key = None
     if options.sign_key:
@@ -187,6 +207,8 @@ def run(options: RunOptions) -> RunOutcome:
                             "are never replaced")
     signals.reset()
     signals.install()
+    stops.reset()
+    stops.install()
     lab_lease = None
     if kind == "lab":  # the lab's code loads only for runs on the lab
         from gameday.targets.lab import LabLease
@@ -199,6 +221,8 @@ def run(options: RunOptions) -> RunOutcome:
             lab_lease.ensure()
         target = open_target(kind, target_settings(loaded.experiment, options.variables),
                              lab_dir=options.lab_dir)
+        if target is not None:  # refused here, before anything is injected, while halted
+            refuse_if_halted(target.agents)
         session = sessions.Session(target=target, extension=loaded.extension,
                                    ledger_path=paths.ledger_path(), target_config=config)
         planned = plan_faults(loaded, target, session)
@@ -238,6 +262,8 @@ def _print_plan(kind: str, planned: list[PlannedFault], session: sessions.Sessio
     if session.extension.silence is not None:
         print(f"  {session.extension.silence.line()}; before the method, ending a lease "
               f"({session.extension.lease_s:g} s) ahead until the rollbacks", file=out)
+    if session.extension.stop_on is not None:
+        print(f"  {session.extension.stop_on.line()}", file=out)
     if session.locks.held():
         print(f"  locks: {', '.join(session.locks.held())}", file=out)
 
@@ -305,7 +331,9 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
                       "slo": vars(loaded.extension.slo),
                       "blast_radius": vars(loaded.extension.blast_radius),
                       "lease_s": loaded.extension.lease_s,
-                      "safeguards": [vars(s) for s in loaded.extension.safeguards]},
+                      "safeguards": [vars(s) for s in loaded.extension.safeguards],
+                      "stop_on": None if loaded.extension.stop_on is None
+                      else loaded.extension.stop_on.line()},
         "target_config": session.target_config.source or None,
         "faults": [entry.to_json() for entry in session.ledger],
         "verifiers": [result.to_json() for result in session.results],

@@ -18,6 +18,7 @@ import structlog
 
 from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.engine import stops
 from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
 from gameday.engine.session_fanout import (
@@ -69,6 +70,7 @@ class Session:
         self.routes: dict[str, FaultRoute] = {}
         self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock,
                                     routes=self.routes)
+        self.renewer.on_halt = lambda line: self.stop(line, "halted")
         self.recorder: Recorder | None = None  # the run's SLI recorder (gameday.engine.recorder)
         self.target_config = target_config or TargetConfig()
         # one flock per faulted target, next to the ledger: $GAMEDAY_HOME/locks
@@ -355,6 +357,18 @@ class Session:
             failed = [f"verifier {r.name or r.verifier} failed: {r.reason}"
                       for r in self.results if r.passed is False]
             return failed + list(self._doubts)
+
+    def stop(self, reason: str, event: str, **detail: Any) -> None:
+        """Stop the run from any thread (:func:`gameday.engine.stops.request`): the
+        first reason is the run's ``breach`` (its verdict fails with it, exit 1) and an
+        ``event`` on the timeline."""
+        with self._lock:
+            first = self.breach is None
+            if first:
+                self.breach = reason
+        if first:
+            self.event(event, reason=reason, **detail)
+            stops.request(reason)
 
     def event(self, name: str, /, **detail: Any) -> None:
         self.events(name, [detail])

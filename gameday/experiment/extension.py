@@ -9,6 +9,7 @@ from typing import Any
 from gameday.errors import InvalidInput
 from gameday.experiment import keys
 from gameday.safety.alertmanager import SilenceSpec, silence_spec
+from gameday.safety.stop_conditions import StopOnSpec, stop_on_spec
 from gameday.targets import TARGET_KINDS
 
 #: The targets an experiment may name (every kind but ``none``).
@@ -61,6 +62,7 @@ class Extension:
     lease_s: float = DEFAULT_LEASE_S
     safeguards: tuple[SafeguardSpec, ...] = ()
     silence: SilenceSpec | None = None  # an Alertmanager silence held during the run
+    stop_on: StopOnSpec | None = None  # Alertmanager alerts that stop the run
     present: bool = False
 
 
@@ -146,6 +148,8 @@ def _parse_one(raw: Mapping[str, Any], base: str) -> Extension:
         safeguards=_safeguards(raw.get("safeguards", []), f"{base}.safeguards"),
         silence=None if raw.get("silence") is None else silence_spec(
             raw["silence"], f"{base}.silence", environ=os.environ),
+        stop_on=None if raw.get("stop_on") is None else stop_on_spec(
+            raw["stop_on"], f"{base}.stop_on", environ=os.environ),
         present=True,
     )
 

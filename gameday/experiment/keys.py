@@ -27,7 +27,7 @@ PROVIDERS: Mapping[str, tuple[str, ...]] = {
     "process": ("type", "path", "arguments", "timeout", "secrets"),
 }
 GAMEDAY = ("name", "target", "coverage", "blast_radius", "slo", "lease_s", "safeguards",
-           "silence")
+           "silence", "stop_on")
 COVERAGE = ("fault", "layer")
 BLAST_RADIUS = ("max_gpus", "max_nodes", "max_percent")
 SLO = ("rto_s", "rpo_steps")

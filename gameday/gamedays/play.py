@@ -33,13 +33,14 @@ from rich.progress import (
 )
 
 from gameday import paths
-from gameday.engine import signals
+from gameday.engine import signals, stops
 from gameday.engine.runner import RunOptions, RunOutcome, run
 from gameday.errors import GamedayError
 from gameday.evidence.journal import write_journal
 from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
+from gameday.safety.halt import FleetHalted
 from gameday.targets.lab import LabLease
 from gameday.words import plural
 
@@ -197,13 +198,17 @@ def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = Non
             lines = _ConsoleLines(console, progress, overall)
             for position, entry in enumerate(result.runs):
                 lines.start(f"{entry.planned.name} ({position + 1}/{len(planned)})")
-                _run_one(entry, playbook, directory, position, lab.lab_dir, lines, stamp,
-                         show_run, sign_key)
+                stopped = _run_one(entry, playbook, directory, position, lab.lab_dir, lines,
+                                   stamp, show_run, sign_key)
                 if on_summary is not None and entry.summary is not None:
                     on_summary(entry.summary)
                 progress.advance(overall)
                 if entry.outcome == "interrupted":
                     result.interrupted_exit = entry.exit_code
+                    break
+                if stopped is not None:
+                    console.print(f"stopped: {stopped} — skipping the rest after "
+                                  f"{entry.planned.name}", markup=False, soft_wrap=True)
                     break
                 if not entry.as_expected and playbook.on_failure == "stop":
                     console.print(f"on_failure: stop — skipping the rest after "
@@ -223,21 +228,25 @@ def play(playbook: Playbook, *, console: Console, show_run: ShowRun | None = Non
 
 def _run_one(entry: ExperimentRun, playbook: Playbook, directory: Path, position: int,
              lab_dir: Path, lines: _ConsoleLines, stamp: str, show_run: ShowRun | None,
-             sign_key: Path | None = None) -> None:
+             sign_key: Path | None = None) -> str | None:
+    """Run one experiment of the game day; why the game day must stop (the safety lever,
+    a stop condition), else None."""
     journal_path = directory / f"{stamp}-{position + 1:02d}-{entry.planned.name}.json"
     options = RunOptions(path=entry.planned.path, target=playbook.target,
                          journal_path=journal_path, variables=dict(entry.planned.variables),
-                         lab_dir=lab_dir, out=cast(TextIO, lines), sign_key=sign_key)
+                         lab_dir=lab_dir, out=cast(TextIO, lines), sign_key=sign_key,
+                         stop_on=playbook.stop_on)
     try:
         outcome = run(options)
     except GamedayError as exc:
         entry.exit_code, entry.error = exc.exit_code, str(exc)
         lines.write(f"gameday: {exc}\n")
-        return
+        return str(exc) if isinstance(exc, FleetHalted) else None
     if show_run is not None:
         show_run(outcome, cast(TextIO, lines))
     entry.exit_code = outcome.exit_code
     if outcome.journal_path is not None and outcome.journal_path.exists():
         entry.journal_path = outcome.journal_path
         _, entry.summary = read_journal(outcome.journal_path)
+    return stops.pending()
 

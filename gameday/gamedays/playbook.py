@@ -11,6 +11,9 @@ title: Release gate
 description: the resilience checks a release must pass
 target: lab                        # optional: overrides every experiment's target
 on_failure: continue               # or stop: skip the rest after the first unexpected result
+stop_on:                           # optional: Alertmanager alerts that stop the game day
+  alertmanager: http://alertmanager:9093   # (docs/safety.md, "Stop conditions from alerts")
+  alerts: [{alertname: CheckoutErrorBudgetBurn, severity: critical}]
 variables: {}                      # --var KEY=VALUE for every experiment
 experiments:
   - path: ../experiments/gpu-ecc-dbe-reshard.yaml     # relative to this file
@@ -33,6 +36,7 @@ Every experiment is loaded and validated when the playbook is, so a playbook wit
 bad experiment fails (exit 2) before anything is injected.
 """
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +57,7 @@ from gameday.gamedays.costs import (
     no_projection,
 )
 from gameday.gamedays.faultmix import EXPECTATIONS, FaultMix, load_mix
+from gameday.safety.stop_conditions import StopOnSpec, stop_on_spec
 from gameday.targets import TARGET_KINDS
 
 ON_FAILURE = ("continue", "stop")
@@ -139,6 +144,7 @@ class Playbook:
     rpo_s: float = 0.0
     requirements: list[Requirement] = field(default_factory=list)
     variables: dict[str, str] = field(default_factory=dict)
+    stop_on: StopOnSpec | None = None  # alerts that stop every run, and the game day
 
     @property
     def slug(self) -> str:
@@ -307,7 +313,8 @@ def load_playbook(path: Path) -> Playbook:
     """Read and validate a playbook and every experiment it names; inject nothing."""
     doc = Document.read(path)
     doc.only_keys("", ("version", "title", "description", "target", "on_failure", "variables",
-                       "experiments", "draw", "schedule", "gate", "costs", "coverage"))
+                       "experiments", "draw", "schedule", "gate", "costs", "coverage",
+                       "stop_on"))
     version = doc.number("version", integer=True, default=1)
     if version != 1:
         doc.fail(f"unsupported playbook version {version:g} (this gameday reads version 1)",
@@ -329,5 +336,16 @@ def load_playbook(path: Path) -> Playbook:
         description=str(doc.text("description", default="")), experiments=experiments,
         on_failure=doc.choice("on_failure", ON_FAILURE, "continue"), target=target, draw=draw,
         schedule=_schedule(doc), gate=gate, fleet=fleet, rpo_s=rpo_s,
-        requirements=requirements_of(doc), variables=shared)
+        requirements=requirements_of(doc), variables=shared, stop_on=_stop_on(doc))
     return playbook
+
+
+def _stop_on(doc: Document) -> StopOnSpec | None:
+    raw = doc.get("stop_on")
+    if raw is None:
+        return None
+    try:
+        return stop_on_spec(raw, "stop_on", environ=os.environ)
+    except InvalidInput as exc:
+        where = exc.path or "stop_on"
+        doc.fail(str(exc).removeprefix(f"{where}: "), where)

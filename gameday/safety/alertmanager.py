@@ -147,6 +147,24 @@ class AlertmanagerClient:
         raise ObservabilityError(f"alertmanager {self.url}: expiring silence {silence_id} "
                                  f"failed ({answer.status_code}): {answer.text.strip()[:200]}")
 
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts firing now that no silence or inhibition mutes (``GET
+        /api/v2/alerts?active=true&silenced=false&inhibited=false``), each with its
+        ``labels``."""
+        answer = self._call("GET", "/api/v2/alerts?active=true&silenced=false&inhibited=false")
+        if answer.status_code != 200:
+            raise ObservabilityError(f"alertmanager {self.url}: GET /api/v2/alerts answered "
+                                     f"{answer.status_code}: {answer.text.strip()[:200]}")
+        try:
+            found = answer.json()
+        except ValueError:
+            raise ObservabilityError(f"alertmanager {self.url}: GET /api/v2/alerts answered "
+                                     "no JSON") from None
+        if not isinstance(found, list):
+            raise ObservabilityError(f"alertmanager {self.url}: GET /api/v2/alerts answered "
+                                     "no list")
+        return [alert for alert in found if isinstance(alert, dict)]
+
     def get(self, silence_id: str) -> dict[str, Any]:
         """The silence as Alertmanager has it (``status.state``: active, expired, ...)."""
         answer = self._call("GET", f"/api/v2/silence/{silence_id}")

@@ -17,11 +17,14 @@ gameday uses, driven by the REAL ``kubernetes`` Python client pointed at it:
   answers ``429 TooManyRequests`` while a PodDisruptionBudget-like rule allows no more
   disruptions (rules are set by the test with :meth:`KubeStandin.add_pdb`);
 - secrets: read;
+- configmaps: read, create (``409 AlreadyExists``), replace (``PUT``; a stale
+  ``metadata.resourceVersion`` answers ``409``), delete (the fleet's safety lever);
 - bearer-token authentication (``401`` without the token).
 
-What is NOT emulated: watches, the scheduler, controllers (an evicted pod is simply
-gone), admission, field validation of patches, JSON patch (``415``). Each test says
-which parts of what it checks rest on this stand-in.
+What is NOT emulated: watches (gameday reads what it watches every few seconds), the
+scheduler, controllers (an evicted pod is simply gone), admission, field validation of
+patches, JSON patch (``415``). Each test says which parts of what it checks rest on this
+stand-in.
 """
 
 import base64
@@ -97,6 +100,7 @@ class KubeStandin:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
         self.pdbs: list[Pdb] = []
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content-type)
         self.lock = threading.RLock()
@@ -224,6 +228,8 @@ _PODS_NS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _EVICT = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
 _SECRET = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets/([^/]+)$")
+_CONFIGMAPS = re.compile(r"^/api/v1/namespaces/([^/]+)/configmaps$")
+_CONFIGMAP = re.compile(r"^/api/v1/namespaces/([^/]+)/configmaps/([^/]+)$")
 
 
 def _make_handler(api: KubeStandin) -> type[BaseHTTPRequestHandler]:
@@ -275,6 +281,9 @@ def _make_handler(api: KubeStandin) -> type[BaseHTTPRequestHandler]:
         def do_DELETE(self) -> None:
             self._handle("DELETE")
 
+        def do_PUT(self) -> None:
+            self._handle("PUT")
+
     return Handler
 
 
@@ -321,7 +330,47 @@ def _route(api: KubeStandin, method: str, path: str, query: dict[str, str], body
             if secret is None:
                 raise _Failure(404, "NotFound", f'secrets "{m.group(2)}" not found')
             return 200, secret
+        if (m := _CONFIGMAPS.match(path)) and method == "POST":
+            return _create_configmap(api, m.group(1), body)
+        if m := _CONFIGMAP.match(path):
+            return _configmap(api, method, m.group(1), m.group(2), body)
     raise _Failure(404, "NotFound", f"the stand-in does not serve {method} {path}")
+
+
+def _create_configmap(api: KubeStandin, namespace: str, body: Any) -> tuple[int, Any]:
+    name = str(((body or {}).get("metadata") or {}).get("name") or "")
+    if not name:
+        raise _Failure(422, "Invalid", "metadata.name is required")
+    if (namespace, name) in api.configmaps:
+        raise _Failure(409, "AlreadyExists", f'configmaps "{name}" already exists')
+    stored = json.loads(json.dumps(body))
+    stored.update(apiVersion="v1", kind="ConfigMap")
+    stored["metadata"].update(namespace=namespace, resourceVersion=api.next_rv())
+    api.configmaps[(namespace, name)] = stored
+    return 201, stored
+
+
+def _configmap(api: KubeStandin, method: str, namespace: str, name: str,
+               body: Any) -> tuple[int, Any]:
+    current = api.configmaps.get((namespace, name))
+    if current is None:
+        raise _Failure(404, "NotFound", f'configmaps "{name}" not found')
+    if method == "GET":
+        return 200, current
+    if method == "DELETE":
+        del api.configmaps[(namespace, name)]
+        return 200, _status(200, "", "")
+    if method != "PUT" or not isinstance(body, dict):
+        raise _Failure(405, "MethodNotAllowed", "method not allowed")
+    wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+    if wanted_rv is not None and wanted_rv != current["metadata"]["resourceVersion"]:
+        raise _Failure(409, "Conflict", f'Operation cannot be fulfilled on configmaps "{name}"')
+    stored = json.loads(json.dumps(body))
+    stored.update(apiVersion="v1", kind="ConfigMap")
+    stored.setdefault("metadata", {}).update(name=name, namespace=namespace,
+                                             resourceVersion=api.next_rv())
+    api.configmaps[(namespace, name)] = stored
+    return 200, stored
 
 
 def _node(api: KubeStandin, method: str, name: str, body: Any,

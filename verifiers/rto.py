@@ -65,7 +65,9 @@ class RecoveryTracker:
     stable_since: float | None = None  # send time of the first OK sample of the OK run
     failed_before: float | None = None  # send time of the failing sample before that run
     certified_at: float | None = None  # the first answer of that run that proves recovery
+    certified_sent: float = 0.0  # when the request of that answer was sent
     run_done: float | None = None  # the latest answer of that run
+    run: list[tuple[float, float]] = field(default_factory=list)  # its (sent, answered)
     failed_done: float = -math.inf  # the latest answer of any failing sample
     last_ok_done: float | None = None
     last_failed_at: float | None = None
@@ -89,6 +91,7 @@ class RecoveryTracker:
             self.failed_done = max(self.failed_done, done)
             self.last_failed_at = t
             self.stable_since = self.certified_at = self.run_done = None
+            self.run = []
             if t >= self.onset:
                 self.failures += 1
                 self.last_error = probe.error
@@ -102,7 +105,8 @@ class RecoveryTracker:
         if self.stable_since is None:
             self.stable_since, self.failed_before = t, self.last_failed_at
         if t >= self.failed_done and (self.certified_at is None or done < self.certified_at):
-            self.certified_at = done
+            self.certified_at, self.certified_sent = done, t
+        self.run.append((t, done))
         self.run_done = done if self.run_done is None else max(self.run_done, done)
 
     @property
@@ -129,16 +133,34 @@ class RecoveryTracker:
 
     @property
     def recovered_at(self) -> float | None:
-        """The recovery instant: the middle of :attr:`recovered_between`; None until the
-        OK run held ``stable_for_s``."""
+        """The recovery instant, an estimate inside :attr:`recovered_between`; None until
+        the OK run held ``stable_for_s``.
+
+        The server answered the proving request about one healthy latency (the median
+        latency of the samples sent after it) before that answer arrived; it was still
+        down when it took the last request it then held well past that latency (or failed).
+        The estimate is the middle of those two instants, clipped to the bounds: the
+        middle of the bounds themselves when every answer is instant."""
         bounds = self.recovered_between
-        return None if bounds is None else (bounds[0] + bounds[1]) / 2
+        if bounds is None or self.certified_at is None or bounds[0] == bounds[1]:
+            return None if bounds is None else bounds[0]
+        low, high = bounds
+        after = sorted(done - sent for sent, done in self.run if sent >= self.certified_at)
+        healthy = after[len(after) // 2] if after else 0.0
+        answered = min(high, max(self.certified_sent, high - healthy))
+        held = [sent for sent, done in self.run
+                if sent < answered and done - sent > 3 * healthy + 0.001]
+        still_down = max([low, *held])
+        return min(high, max(low, (still_down + answered) / 2))
 
     @property
     def resolution_s(self) -> float | None:
-        """Half the interval the recovery instant lies in (``recovered_at ± this``)."""
-        bounds = self.recovered_between
-        return None if bounds is None else round((bounds[1] - bounds[0]) / 2, 4)
+        """How far the recovery interval reaches from :attr:`recovered_at` (so
+        ``recovered_at ± this`` holds all of :attr:`recovered_between`)."""
+        bounds, at = self.recovered_between, self.recovered_at
+        if bounds is None or at is None:
+            return None
+        return round(max(at - bounds[0], bounds[1] - at), 4)
 
     def timeline(self) -> list[list[Any]]:
         """``[sent, ok, answered]`` at every change of state, and the last sample."""

@@ -136,11 +136,12 @@ class RecoveryTracker:
         """The recovery instant, an estimate inside :attr:`recovered_between`; None until
         the OK run held ``stable_for_s``.
 
-        The server answered the proving request about one healthy latency (the median
-        latency of the samples sent after it) before that answer arrived; it was still
-        down when it took the last request it then held well past that latency (or failed).
-        The estimate is the middle of those two instants, clipped to the bounds: the
-        middle of the bounds themselves when every answer is instant."""
+        When the server held requests (two or more of the run's OK samples, sent before
+        the proving answer, took well over a healthy latency: the median latency of the
+        samples sent after it), it answered the proving request about one healthy latency
+        before that answer arrived, and was still down when it took the last request it
+        held: the estimate is the middle of those two instants. Otherwise (it refused,
+        reset or erred: nothing queued) it is the middle of the bounds."""
         bounds = self.recovered_between
         if bounds is None or self.certified_at is None or bounds[0] == bounds[1]:
             return None if bounds is None else bounds[0]
@@ -150,8 +151,9 @@ class RecoveryTracker:
         answered = min(high, max(self.certified_sent, high - healthy))
         held = [sent for sent, done in self.run
                 if sent < answered and done - sent > 3 * healthy + 0.001]
-        still_down = max([low, *held])
-        return min(high, max(low, (still_down + answered) / 2))
+        if len(held) < 2:
+            return (low + high) / 2
+        return min(high, max(low, (max(low, *held) + answered) / 2))
 
     @property
     def resolution_s(self) -> float | None:

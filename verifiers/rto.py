@@ -137,7 +137,7 @@ class RecoveryTracker:
         the OK run held ``stable_for_s``.
 
         When the server held requests (two or more of the run's OK samples, sent before
-        the proving answer, took well over a healthy latency: the median latency of the
+        the proving request, took well over a healthy latency: the median latency of the
         samples sent after it), it answered the proving request about one healthy latency
         before that answer arrived, and was still down when it took the last request it
         held: the estimate is the middle of those two instants. Otherwise (it refused,
@@ -150,7 +150,7 @@ class RecoveryTracker:
         healthy = after[len(after) // 2] if after else 0.0
         answered = min(high, max(self.certified_sent, high - healthy))
         held = [sent for sent, done in self.run
-                if sent < answered and done - sent > 3 * healthy + 0.001]
+                if sent < self.certified_sent and done - sent > 3 * healthy + 0.001]
         if len(held) < 2:
             return (low + high) / 2
         return min(high, max(low, (max(low, *held) + answered) / 2))

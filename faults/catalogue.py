@@ -16,11 +16,22 @@ SELECTOR_KEYS: dict[str, tuple[str, ...]] = {
     "gpu": ("holding_shard", "uuid", "node", "index", "node_labels", "nvlink_domain",
             "percent", "seed"),
     "process": ("shard", "role", "pid", "name", "cmdline", "node", "env", "parent", "cgroup",
-                "pod"),
+                "pod", "pick"),
     "storage": ("mount", "path", "pid", "cgroup", "node"),
     "link": ("node", "link", "netns"),
     "service": ("node", "name", "port", "address"),
     "node": ("name", "labels", "gpu"),  # a Kubernetes node selector (k8s.* kinds)
+}
+
+#: The typed keys of each kind of selector, dotted where nested: a ``"${var}"`` there gets
+#: this type before anything runs (:mod:`gameday.experiment.variables`), so
+#: ``process: {pid: "${replica_pid}"}`` with ``--var replica_pid=26928`` is the pid 26928.
+SELECTOR_TYPES: dict[str, dict[str, type]] = {
+    "gpu": {"holding_shard": int, "index": int},
+    "process": {"shard": int, "pid": int, "parent.pid": int, "pick.count": int,
+                "pick.percent": float, "pick.seed": int},
+    "storage": {"pid": int},
+    "service": {"port": int},
 }
 
 CATALOGUE: dict[str, FaultKind] = {kind.name: kind for area in AREAS for kind in area.KINDS}

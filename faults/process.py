@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from faults._activity import failing_activity, revert_run, validated
-from faults._nodes import selector_mapping
 from faults._selective import revert_kinds
 from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
+from faults.process_selector import FILTERS, KEYS, check_process_selector
 from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import AgentError, InvalidInput
@@ -32,8 +31,6 @@ from gameday.targets.kubernetes.target import KubernetesTarget
 
 __all__ = ["kill", "pause", "resume", "revert"]
 
-_KEYS = SELECTOR_KEYS["process"]
-_FILTERS = ("env", "parent", "cgroup")  # host selectors that narrow name/cmdline, or stand alone
 
 
 def kill(process: dict[str, Any], max_processes: int = 1,
@@ -82,19 +79,23 @@ def _pick_node(target: Target, node: Any) -> str:
 
 
 def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
-    """The node whose agent signals, and the agent-side target."""
-    chosen = selector_mapping(selector, "process", _KEYS)
-    filters = {key: chosen[key] for key in _FILTERS if key in chosen}
-    which = [key for key in _KEYS if key not in ("node", *_FILTERS) and key in chosen]
+    """The node whose agent signals, and the agent-side target (with the selector's
+    ``pick``, which the agent applies to what it matches)."""
+    chosen = check_process_selector(selector)
+    pick = chosen.pop("pick", None)
+    node, agent_target = _resolve(chosen)
+    return node, agent_target if pick is None else {**agent_target, "pick": pick}
+
+
+def _resolve(chosen: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    filters = {key: chosen[key] for key in FILTERS if key in chosen}
+    which = [key for key in KEYS if key not in ("node", *FILTERS) and key in chosen]
     target = sessions.current().require_target()
     if "pod" in chosen:
         return _in_container(target, chosen, which, filters)
     if filters:
         return _pick_node(target, chosen.get("node")), _host_filters(chosen, which, filters)
-    if len(which) != 1:
-        raise InvalidInput("give exactly one of shard, role, pid, name, cmdline (or env, "
-                           "parent, cgroup)", path="process")
-    key = which[0]
+    key = which[0]  # (exactly one: check_process_selector)
     if key == "shard":
         placed = [s for s in target.placement().get("shards", [])
                   if s.get("shard") == chosen["shard"]]
@@ -115,32 +116,13 @@ def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
                                f"processes (processes: {names})", path="process.role")
         return _pick_node(target, chosen.get("node")), {"pid": int(matches[0]["pid"]),
                                                         "role": chosen["role"]}
-    value = chosen[key]
-    if key == "pid" and (not isinstance(value, int) or isinstance(value, bool) or value <= 1):
-        raise InvalidInput(f"must be a pid > 1, got {value!r}", path="process.pid")
-    if key in ("name", "cmdline") and (not isinstance(value, str) or not value):
-        raise InvalidInput("must be a non-empty string", path=f"process.{key}")
-    return _pick_node(target, chosen.get("node")), {key: value}
+    return _pick_node(target, chosen.get("node")), {key: chosen[key]}
 
 
 def _host_filters(chosen: dict[str, Any], which: list[str],
                   filters: dict[str, Any]) -> dict[str, Any]:
-    """The agent target of a host selector by environment, parent or cgroup."""
-    if set(which) - {"name", "cmdline"}:
-        raise InvalidInput("env, parent and cgroup combine with name and cmdline only",
-                           path="process")
-    env = filters.get("env")
-    if env is not None and (not isinstance(env, dict) or not env or not all(
-            isinstance(value, str | int) for value in env.values())):
-        raise InvalidInput("must be a mapping VAR: VALUE, e.g. {RANK: '1'}", path="process.env")
-    parent = filters.get("parent")
-    if parent is not None and (not isinstance(parent, dict) or len(
-            set(parent) & {"pid", "name", "cmdline"}) != 1):
-        raise InvalidInput("must be one of {pid: N}, {name: COMM}, {cmdline: REGEX}",
-                           path="process.parent")
-    if "cgroup" in filters and (not isinstance(filters["cgroup"], str) or
-                                not filters["cgroup"]):
-        raise InvalidInput("must be a non-empty regular expression", path="process.cgroup")
+    """The agent target of a host selector by environment, parent or cgroup (its shape
+    checked by :func:`faults.process_selector.check_process_selector`)."""
     return {key: chosen[key] for key in (*which, *filters)}
 
 
@@ -151,10 +133,6 @@ def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
     if not isinstance(target, KubernetesTarget):
         raise InvalidInput(f"pod selects a container on --target kubernetes (this run's "
                            f"target is {target.kind})", path="process.pod")
-    for key in ("node", "cgroup"):
-        if key in chosen:
-            raise InvalidInput("the pod says where and which cgroup; drop this key",
-                               path=f"process.{key}")
     which = [key for key in which if key != "pod"]
     narrowing = _host_filters(chosen, which, filters) if which or filters else {}
     namespace = chosen["pod"].get("namespace") if isinstance(chosen["pod"], dict) else None

@@ -2,11 +2,13 @@
 
 ``measure_recovery`` folds an SLI timeline (the run's recorder, ``gameday.engine.recorder``,
 or one it records itself) into detection and recovery instants. The onset is the
-agent's ``applied_at`` for the run's most recent fault. The service counts as recovered
-between the last failing sample and the first OK sample of the run of OK samples that
-lasted ``stable_for_s`` seconds (the middle of that interval, ± half of it), and
-``rto_s = recovered_at - onset``. Time to detect comes from the system's own signal
-(``verifiers.detection``): the controller's event log or a PromQL expression.
+agent's ``applied_at`` for the run's most recent fault. Each sample carries the time
+it was sent and the time its answer arrived; the service counted as recovered between
+the send of the last failing sample and the arrival of the first OK answer that proves
+it (:class:`RecoveryTracker`), once the OK run lasted ``stable_for_s`` seconds: the
+middle of that interval, ± half of it, and ``rto_s = recovered_at - onset``. Time to
+detect comes from the system's own signal (``verifiers.detection``): the controller's
+event log or a PromQL expression.
 """
 
 import math
@@ -38,7 +40,19 @@ Sampler = Callable[[], Probe]
 
 @dataclass
 class RecoveryTracker:
-    """Folds SLI samples, in time order, into detection and recovery instants."""
+    """Folds SLI samples, in send order, each with its send and answer times, into
+    detection and recovery instants.
+
+    Recovery is bracketed by construction, whatever the server does: the last failing
+    sample was sent at ``L``, and the server failed it at some instant after ``L``, so it
+    was not yet whole then; an OK answer proves the server whole when it ARRIVED, but only
+    if its request was sent after every failing sample's answer arrived (else it could
+    have been answered before the failure that followed). The truth lies in ``[L, U]``,
+    ``U`` the first such arrival. A server that refuses, resets or errors makes the
+    interval one sampling interval (plus a request's latency) wide; one that holds
+    requests makes it at most its SLI's ``timeout_s`` (plus an interval) wide, because
+    the last failures are the held requests that timed out.
+    """
 
     onset: float
     stable_for_s: float
@@ -47,70 +61,115 @@ class RecoveryTracker:
     failures: int = 0
     first_sample_at: float | None = None
     detected_at: float | None = None
-    stable_since: float | None = None  # first OK sample of the current OK run
-    failed_before: float | None = None  # the failing sample just before that run
+    down_between: tuple[float, float] | None = None  # last OK answer, first failed answer
+    stable_since: float | None = None  # send time of the first OK sample of the OK run
+    failed_before: float | None = None  # send time of the failing sample before that run
+    certified_at: float | None = None  # the first answer of that run that proves recovery
+    certified_sent: float = 0.0  # when the request of that answer was sent
+    run_done: float | None = None  # the latest answer of that run
+    run: list[tuple[float, float]] = field(default_factory=list)  # its (sent, answered)
+    failed_done: float = -math.inf  # the latest answer of any failing sample
+    last_ok_done: float | None = None
+    last_failed_at: float | None = None
     last_at: float | None = None
     last_ok: bool | None = None
+    last_done: float | None = None
     last_error: str = ""
     transitions: list[list[Any]] = field(default_factory=list)
 
-    def add(self, t: float, probe: Probe) -> None:
-        """Fold in one sample. Samples before the onset go on the timeline only."""
+    def add(self, t: float, probe: Probe, done: float | None = None) -> None:
+        """Fold in one sample sent at ``t`` and answered at ``done`` (default ``t``).
+        Samples before the onset go on the timeline and bound recovery only."""
+        done = t if done is None else max(t, done)
         self.samples += 1
         if self.first_sample_at is None:
             self.first_sample_at = t
         if probe.ok != self.last_ok:
-            self.transitions.append([round(t, 3), probe.ok])
-        if t < self.onset:
-            self.last_at, self.last_ok = t, probe.ok
+            self.transitions.append([round(t, 3), probe.ok, round(done, 3)])
+        self.last_at, self.last_ok, self.last_done = t, probe.ok, done
+        if not probe.ok:
+            self.failed_done = max(self.failed_done, done)
+            self.last_failed_at = t
+            self.stable_since = self.certified_at = self.run_done = None
+            self.run = []
+            if t >= self.onset:
+                self.failures += 1
+                self.last_error = probe.error
+                if self.detected_at is None:
+                    self.detected_at = done
+                    self.down_between = (self.last_ok_done or t, done)
             return
-        if probe.ok:
-            if self.stable_since is None:
-                self.stable_since = t
-                self.failed_before = self.last_at if self.last_ok is False else None
-        else:
-            self.failures += 1
-            self.stable_since = None
-            self.last_error = probe.error
-            if self.detected_at is None:
-                self.detected_at = t
-        self.last_at, self.last_ok = t, probe.ok
+        self.last_ok_done = done if self.last_ok_done is None else max(self.last_ok_done, done)
+        if t < self.onset:
+            return
+        if self.stable_since is None:
+            self.stable_since, self.failed_before = t, self.last_failed_at
+        if t >= self.failed_done and (self.certified_at is None or done < self.certified_at):
+            self.certified_at, self.certified_sent = done, t
+        self.run.append((t, done))
+        self.run_done = done if self.run_done is None else max(self.run_done, done)
 
     @property
     def stable_for(self) -> float:
-        """How long the current run of OK samples has lasted (0 if the last one failed)."""
-        if self.stable_since is None or self.last_at is None:
+        """How long the service has been whole since the run of OK samples proved it (0 if
+        the last sample failed)."""
+        if self.certified_at is None or self.run_done is None:
             return 0.0
-        return self.last_at - self.stable_since
+        return self.run_done - self.certified_at
 
     @property
-    def recovered_at(self) -> float | None:
-        """The recovery instant of a run of OK samples that held ``stable_for_s``, placed
-        in the middle of its sampling interval (between the last failing sample and the
-        first OK one: the service recovered somewhere in there); the first OK sample when
-        none failed before it. None until then."""
-        if self.stable_since is None or self.stable_for < self.stable_for_s:
+    def recovered_between(self) -> tuple[float, float] | None:
+        """``(L, U)``: the interval the recovery instant lies in, once the OK run held
+        ``stable_for_s``; ``(first OK send, same)`` when nothing failed before it."""
+        if self.stable_since is None or self.certified_at is None or \
+                self.stable_for < self.stable_for_s:
             return None
         if self.expect_outage and self.detected_at is None:
             return None
         if self.failed_before is None:
-            return self.stable_since
-        return max(self.onset, (self.failed_before + self.stable_since) / 2)
+            return self.stable_since, self.stable_since
+        low = max(self.onset, self.failed_before)
+        return low, max(low, self.certified_at)
+
+    @property
+    def recovered_at(self) -> float | None:
+        """The recovery instant, an estimate inside :attr:`recovered_between`; None until
+        the OK run held ``stable_for_s``.
+
+        When the server held requests (two or more of the run's OK samples, sent before
+        the proving request, took well over a healthy latency: the median latency of the
+        samples sent after it), it answered the proving request about one healthy latency
+        before that answer arrived, and was still down when it took the last request it
+        held: the estimate is the middle of those two instants. Otherwise (it refused,
+        reset or erred: nothing queued) it is the middle of the bounds."""
+        bounds = self.recovered_between
+        if bounds is None or self.certified_at is None or bounds[0] == bounds[1]:
+            return None if bounds is None else bounds[0]
+        low, high = bounds
+        after = sorted(done - sent for sent, done in self.run if sent >= self.certified_at)
+        healthy = after[len(after) // 2] if after else 0.0
+        answered = min(high, max(self.certified_sent, high - healthy))
+        held = [sent for sent, done in self.run
+                if sent < self.certified_sent and done - sent > 3 * healthy + 0.001]
+        if len(held) < 2:
+            return (low + high) / 2
+        return min(high, max(low, (max(low, *held) + answered) / 2))
 
     @property
     def resolution_s(self) -> float | None:
-        """Half the interval the recovery instant lies in (``recovered_at ± this``)."""
-        if self.recovered_at is None or self.stable_since is None:
+        """How far the recovery interval reaches from :attr:`recovered_at` (so
+        ``recovered_at ± this`` holds all of :attr:`recovered_between`)."""
+        bounds, at = self.recovered_between, self.recovered_at
+        if bounds is None or at is None:
             return None
-        if self.failed_before is None:
-            return 0.0
-        return round((self.stable_since - max(self.onset, self.failed_before)) / 2, 4)
+        return round(max(at - bounds[0], bounds[1] - at), 4)
 
     def timeline(self) -> list[list[Any]]:
-        """``[t, ok]`` at every change of state, and the last sample."""
+        """``[sent, ok, answered]`` at every change of state, and the last sample."""
         points = [list(point) for point in self.transitions]
         if self.last_at is not None and (not points or points[-1][0] != round(self.last_at, 3)):
-            points.append([round(self.last_at, 3), self.last_ok])
+            points.append([round(self.last_at, 3), self.last_ok,
+                           round(self.last_done or self.last_at, 3)])
         return points
 
 
@@ -126,7 +185,9 @@ def track_recovery(sampler: Sampler, tracker: RecoveryTracker, clock: Clock, *,
     deadline = started + timeout_s
     tick = 0
     while True:
-        tracker.add(clock.now(), sampler())
+        sent = clock.now()
+        probe = sampler()
+        tracker.add(sent, probe, clock.now())
         if tracker.recovered_at is not None:
             return tracker
         now = clock.monotonic()
@@ -138,14 +199,15 @@ def track_recovery(sampler: Sampler, tracker: RecoveryTracker, clock: Clock, *,
 
 def follow_recorder(recorder: Recorder, tracker: RecoveryTracker, clock: Clock, *,
                     interval_s: float, timeout_s: float) -> RecoveryTracker:
-    """Fold the recorder's SLI timeline into ``tracker`` as it grows, until recovered or
-    ``timeout_s`` has passed (checking every ``interval_s``)."""
+    """Fold the recorder's settled SLI timeline into ``tracker`` as it grows (in send
+    order, never past a sample still in flight), until recovered or ``timeout_s`` has
+    passed (checking every ``interval_s``)."""
     deadline = clock.monotonic() + timeout_s
     folded = 0
     while True:
         readings = recorder.combined()
         for reading in readings[folded:]:
-            tracker.add(reading.t, Probe(reading.ok, reading.error))
+            tracker.add(reading.t, Probe(reading.ok, reading.error), reading.done_at)
             if tracker.recovered_at is not None:
                 return tracker
         folded = len(readings)
@@ -170,10 +232,17 @@ def measure_recovery(sli: dict[str, Any] | None = None, stable_for_s: float = 3.
     expression may be added (OK while it returns a non-empty, non-zero result).
 
     The onset is when the run's most recent fault was applied (the agent's
-    ``applied_at``). ``detected_at`` is the first failing SLI sample after it (None if
-    the SLI never failed); ``recovered_at`` lies between the last failing sample and the
-    first OK sample of the run of OK samples that lasted ``stable_for_s``: the middle of
-    that interval, ``rto_resolution_s`` its half width; ``rto_s = recovered_at - onset``, at most
+    ``applied_at``). ``detected_at`` is when the first failing SLI answer after it arrived
+    (None if the SLI never failed; ``sli_down_between`` brackets the outage's start:
+    the last OK answer's arrival and that failure's). ``recovered_between`` is ``[L, U]``:
+    ``L`` the send time of the last failing sample, ``U`` the arrival of the first OK
+    answer to a request sent after every failure had arrived, of the run of OK samples
+    that then lasted ``stable_for_s``; the truth lies inside by construction whatever the
+    server does (refuse, reset, error, answer wrongly with ``expect_body``, answer late,
+    hold). ``recovered_at`` is its middle, ``rto_resolution_s`` its half width: about half
+    a sampling interval when the server refuses or errors, at most half the SLI's
+    ``timeout_s`` plus an interval when it holds requests (held requests time out, the
+    next ones are answered on release); ``rto_s = recovered_at - onset``, at most
     ``timeout_s`` of waiting. If the SLI never failed, ``recovered_at`` is the first
     sample after the onset (``rto_s`` is then an upper bound); with ``expect_outage:
     true`` the SLI must fail at least once before it can recover.
@@ -188,7 +257,8 @@ def measure_recovery(sli: dict[str, Any] | None = None, stable_for_s: float = 3.
 
     Objectives: ``slo_s`` for the RTO (default: the experiment's ``slo.rto_s``),
     ``detect_slo_s`` and ``recover_slo_s``; each ``met`` is null without its objective.
-    Returns ``{"onset", "detected_at", "recovered_at", "rto_s", "slo_s", "met",
+    Returns ``{"onset", "detected_at", "sli_down_between", "recovered_at",
+    "recovered_between", "rto_s", "rto_resolution_s", "slo_s", "met",
     "samples", "failures", "system_detected_at", "time_to_detect_s", "detect_signal",
     "detect_slo_s", "detect_met", "time_to_recover_s", "recover_slo_s", "recover_met"}``
     (times are Unix epoch seconds). Raises ``ActivityFailed`` with one line, e.g.
@@ -255,6 +325,10 @@ def measure_with(sampler: Sampler, tracker: RecoveryTracker, clock: Clock, *, ve
                     slo_s=slo_s)
 
 
+def _rounded(bounds: tuple[float, float] | None) -> list[float] | None:
+    return None if bounds is None else [round(bounds[0], 4), round(bounds[1], 4)]
+
+
 def _objective(name: str, value: float | None, slo: float | None) -> tuple[bool | None, str]:
     """Whether ``value`` met ``slo`` and, when not, the one-line reason."""
     if slo is None:
@@ -284,7 +358,10 @@ def conclude(tracker: RecoveryTracker, *, verifier: str, measurement: dict[str, 
     recover_met, recover_miss = _objective("time to recover", to_recover, recover_slo_s)
     result: dict[str, Any] = {
         "onset": tracker.onset, "detected_at": tracker.detected_at,
-        "recovered_at": recovered_at, "rto_s": rto, "rto_resolution_s": tracker.resolution_s,
+        "sli_down_between": _rounded(tracker.down_between),
+        "recovered_at": recovered_at,
+        "recovered_between": _rounded(tracker.recovered_between), "rto_s": rto,
+        "rto_resolution_s": tracker.resolution_s,
         "slo_s": slo_s, "met": met,
         "samples": tracker.samples, "failures": tracker.failures,
         "system_detected_at": detected, "time_to_detect_s": to_detect,

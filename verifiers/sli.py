@@ -7,6 +7,7 @@ control's ``sli`` argument (then the run's recorder samples it for the whole met
       http: "${service_url}/predict"   # OK when it answers 2xx within timeout_s
       interval_s: 0.1                  # HTTP cadence (default 0.1 s)
       timeout_s: 1                     # per request (default 1 s)
+      expect_body: '"outputs"'         # optional: OK only when the answer holds this text
       promql: 'sum(up{job="gameday-router"}) == 1'   # optional: OK while it returns a
       promql_interval_s: 0.5                         # non-empty result with no zero value
       prometheus_url: ...              # default: the run target's Prometheus
@@ -16,14 +17,16 @@ control's ``sli`` argument (then the run's recorder samples it for the whole met
         interval_s: 0.25               # (default 0.25 s; timeout_s default 1 s)
 
 A URL whose path ends in ``/predict`` is POSTed ``{"inputs": [...]}`` with
-``predict_rows`` (default 1) golden rows of ``predict_cols`` (default 16) values;
-other URLs are fetched with GET; ``method``, ``json_body``, ``seed`` and ``headers``
-override. With both ``http`` and ``promql``, an HTTP sample counts as OK only while
-the latest PromQL sample was OK too. The ``progress`` channel (named ``progress``)
-keeps the number it read with each reading; a reading is OK when the endpoint answered
-2xx with a number at ``field``; it does not gate the SLI timeline that ``verifiers.rto``
-reads. ``verifiers.rpo.checkpoint_loss`` reads a job's progress
-from it (``progress_http``).
+``predict_rows`` (default 1) golden rows of ``predict_cols`` (default 16) values; other
+URLs are fetched with GET; ``method``, ``json_body``, ``seed`` and ``headers`` override.
+HTTP samples keep their cadence while the server holds requests: up to ``timeout_s /
+interval_s + 1`` are in flight at once, each stamped when sent and when answered
+(``verifiers.rto`` places recovery from both). With both ``http`` and ``promql``, an
+HTTP sample counts as OK only while the latest PromQL sample was OK too. The
+``progress`` channel (named ``progress``) keeps the number it read with each reading; a
+reading is OK when the endpoint answered 2xx with a number at ``field``; it does not
+gate the SLI timeline that ``verifiers.rto`` reads. ``verifiers.rpo.checkpoint_loss``
+reads a job's progress from it (``progress_http``).
 """
 
 from collections.abc import Mapping
@@ -32,7 +35,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from gameday.clock import Clock
-from gameday.engine.recorder import Channel, Recorder, Sampler, Transition
+from gameday.engine.recorder import Channel, Recorder, Sampler, Transition, in_flight_for
 from gameday.errors import GamedayError
 from gameday.httpclient import HttpRequest, send
 from gameday.promql import PromQL
@@ -44,7 +47,7 @@ __all__ = ["PROGRESS_CHANNEL", "PROGRESS_KEYS", "SLI_KEYS", "ProgressSpec", "htt
            "sli_channels", "sli_request"]
 
 _HTTP_KEYS = ("http", "method", "json_body", "predict_rows", "predict_cols", "seed",
-              "timeout_s", "headers")
+              "timeout_s", "headers", "expect_body")
 SLI_KEYS = (*_HTTP_KEYS, "interval_s", "promql", "promql_interval_s", "prometheus_url",
             "progress")
 PROGRESS_KEYS = ("url", "field", "interval_s", "timeout_s", "headers")
@@ -147,11 +150,20 @@ def sli_request(sli: Mapping[str, Any]) -> HttpRequest:
         headers=sli.get("headers"), where="sli.http")
 
 
-def http_sampler(request: HttpRequest) -> Sampler:
-    """OK when ``request`` is answered 2xx (within its timeout)."""
+def http_sampler(request: HttpRequest, expect_body: str | None = None) -> Sampler:
+    """OK when ``request`` is answered 2xx, the whole answer within its timeout (a server
+    that trickles its answer past it fails), and the body holds ``expect_body`` when
+    given (a wrong answer fails)."""
     def sample() -> tuple[bool, str]:
         answer = send(request)
-        return answer.ok, "" if answer.ok else answer.error
+        if not answer.ok:
+            return False, answer.error
+        if answer.latency_s > request.timeout_s:
+            return False, (f"answered after {answer.latency_s:.3f} s, past timeout_s "
+                           f"{request.timeout_s:g}")
+        if expect_body is not None and expect_body.encode() not in answer.body:
+            return False, f"answered {answer.status} without the expected body"
+        return True, ""
     return sample
 
 
@@ -184,8 +196,13 @@ def sli_channels(sli: Any) -> list[Channel]:
     try:
         if spec.get("http"):
             request = sli_request(spec)
-            channels.append(Channel("http", request.describe(), http_sampler(request),
-                                    _positive(spec, "interval_s", DEFAULT_INTERVAL_S)))
+            interval = _positive(spec, "interval_s", DEFAULT_INTERVAL_S)
+            expect = spec.get("expect_body")
+            channels.append(Channel("http", request.describe(),
+                                    http_sampler(request, None if expect is None
+                                                 else str(expect)),
+                                    interval,
+                                    in_flight=in_flight_for(request.timeout_s, interval)))
         if spec.get("promql"):
             query = str(spec["promql"])
             client = PromQL(prometheus_url_of(spec.get("prometheus_url")),

@@ -38,7 +38,8 @@ from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target, run_configuration
 from gameday.targets.open import open_target
 
-__all__ = ["CANNOT_PREVIEW", "FaultPlan", "Hit", "Plan", "PreviewSession", "plan", "render"]
+__all__ = ["CANNOT_PREVIEW", "FaultPlan", "Hit", "Plan", "PreviewSession",
+           "loaded_configuration", "plan", "render"]
 
 #: What a plan says of an agent that answers 404 to ``POST /v1/faults:check``.
 CANNOT_PREVIEW = "this agent cannot preview (older than the check endpoint)"
@@ -219,7 +220,7 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
                 result.refusals.append(said if said.startswith(f"target {kind}") else
                                        f"target {kind}: {said}")
     session = PreviewSession(target=target, extension=extension, target_config=target_config)
-    configuration = _configuration(loaded.experiment, target, variables)
+    configuration = loaded_configuration(loaded.experiment, target, variables)
     for position, activity in enumerate(loaded.experiment.get("method") or []):
         provider = activity.get("provider") or {}
         fault_kind = by_activity(str(provider.get("module")), str(provider.get("func")))
@@ -239,8 +240,10 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
     return result
 
 
-def _configuration(experiment: Mapping[str, Any], target: Target | None,
-                   variables: Mapping[str, str]) -> dict[str, Any]:
+def loaded_configuration(experiment: Mapping[str, Any], target: Target | None,
+                         variables: Mapping[str, str]) -> dict[str, Any]:
+    """The run's configuration as the toolkit loads it (``env`` entries read), what a
+    ``${name}`` in an argument is substituted by."""
     raw = run_configuration(experiment, target, variables)
     try:
         return dict(load_configuration(raw))

@@ -3,10 +3,17 @@
 A :class:`Recorder` runs one background thread per :class:`Channel` (a named sampler
 and its cadence, e.g. an HTTP probe of the service every 100 ms, a PromQL expression
 every 500 ms, a job's progress endpoint). Each reading is kept as a :class:`Reading`
-``(t, ok, latency_s, error, value)`` stamped when the sample started; ``value`` is the
+``(t, ok, latency_s, error, value)``: ``t`` is when the sample was SENT and
+``t + latency_s`` (``done_at``) when its answer (or its failure) ARRIVED; ``value`` is the
 number a value channel read (e.g. a training step), None for pass/fail channels.
-Ticks are scheduled from the start, so a slow sample does not shift later ones (a tick
-missed while a sample ran is skipped).
+
+Sends keep a fixed cadence from the start, and up to ``Channel.in_flight`` samples run
+at once, so a server that holds requests does not stop the sampling: a request it holds
+stays in flight while the next ones are sent (a tick that finds every slot busy is
+skipped). Answers arrive out of order; a channel's readings are kept in send order, and
+:meth:`Recorder.settled` gives only the prefix no sample still in flight can change
+(every reading sent before the earliest sample in flight), which is what
+``verifiers.rto`` folds and what transitions are reported on.
 
 The run session owns one recorder (started by the ``gameday`` control before the
 method, when the control is given an ``sli``; stopped when the session closes); the
@@ -15,8 +22,11 @@ measures recovery from it. Time comes from an injectable clock; ``tick()`` sampl
 every channel once, synchronously, so tests can drive a recorder without threads.
 """
 
+import bisect
+import math
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,20 +34,26 @@ import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["Channel", "Reading", "Recorder", "Sampler", "Transition"]
+__all__ = ["Channel", "Reading", "Recorder", "Sampler", "Transition", "in_flight_for"]
 
 log = structlog.get_logger("gameday.engine.recorder")
 
 
 @dataclass(frozen=True)
 class Reading:
-    """One sample of one channel: did the indicator hold, and if not, why."""
+    """One sample of one channel: did the indicator hold, and if not, why; sent at ``t``,
+    answered ``latency_s`` later."""
 
     t: float
     ok: bool
     latency_s: float = 0.0
     error: str = ""
     value: float | None = None
+
+    @property
+    def done_at(self) -> float:
+        """When the answer (or the failure: refused, reset, timed out) arrived."""
+        return self.t + self.latency_s
 
     def to_json(self) -> list[Any]:
         point: list[Any] = [round(self.t, 3), self.ok, round(self.latency_s * 1000.0, 1)]
@@ -53,19 +69,33 @@ Sampler = Callable[[], tuple[bool, str] | tuple[bool, str, float | None]]
 
 @dataclass
 class Channel:
-    """A named indicator, sampled every ``interval_s`` seconds; ``gates``: whether its
-    readings count in the :meth:`Recorder.combined` timeline (a value channel such as a
-    job's progress is a measurement, not the service's health)."""
+    """A named indicator, sampled every ``interval_s`` seconds with up to ``in_flight``
+    samples at once; ``gates``: whether its readings count in the
+    :meth:`Recorder.combined` timeline (a value channel such as a job's progress is a
+    measurement, not the service's health). ``readings`` are in send order."""
 
     name: str
     describe: str
     sampler: Sampler
     interval_s: float = 0.1
     gates: bool = True
+    in_flight: int = 1
     readings: list[Reading] = field(default_factory=list)
+    pending: list[float] = field(default_factory=list)  # send times of samples in flight
+    reported: int = 0  # readings already given to on_transition
+
+
+def in_flight_for(timeout_s: float, interval_s: float, cap: int = 128) -> int:
+    """How many samples may be in flight so that one held until ``timeout_s`` never
+    delays the next send of a cadence of ``interval_s`` (at most ``cap``)."""
+    return max(1, min(cap, math.ceil(timeout_s / interval_s) + 1))
 
 
 Transition = Callable[[str, Reading], None]
+
+
+def _sent(reading: Reading) -> float:
+    return reading.t
 
 
 class Recorder:
@@ -88,7 +118,15 @@ class Recorder:
 
     def sample(self, channel: Channel) -> Reading:
         """Sample ``channel`` once now and keep the reading."""
-        t = self.clock.now()
+        return self._finish(channel, self._send(channel))
+
+    def _send(self, channel: Channel) -> float:
+        with self._lock:
+            t = self.clock.now()
+            channel.pending.append(t)
+        return t
+
+    def _finish(self, channel: Channel, t: float) -> Reading:
         began = self.clock.monotonic()
         value: float | None = None
         try:
@@ -101,11 +139,25 @@ class Recorder:
         reading = Reading(t, ok, max(0.0, self.clock.monotonic() - began), error[:200],
                           value)
         with self._lock:
-            previous = channel.readings[-1] if channel.readings else None
-            channel.readings.append(reading)
-        if self.on_transition is not None and (previous is None or previous.ok != ok):
-            self.on_transition(channel.name, reading)
+            channel.pending.remove(t)
+            bisect.insort_right(channel.readings, reading, key=_sent)
+            settled = self._settled(channel)
+            fresh = [(channel.readings[i - 1] if i else None, channel.readings[i])
+                     for i in range(channel.reported, len(settled))]
+            channel.reported = max(channel.reported, len(settled))
+        if self.on_transition is not None:
+            for previous, current in fresh:
+                if previous is None or previous.ok != current.ok:
+                    self.on_transition(channel.name, current)
         return reading
+
+    @staticmethod
+    def _settled(channel: Channel) -> list[Reading]:
+        """The readings no sample in flight can precede (caller holds the lock)."""
+        if not channel.pending:
+            return channel.readings
+        first = min(channel.pending)
+        return channel.readings[:bisect.bisect_left(channel.readings, first, key=_sent)]
 
     def tick(self) -> None:
         """Sample every channel once (what each thread does on its cadence)."""
@@ -115,13 +167,19 @@ class Recorder:
     def _run(self, channel: Channel) -> None:
         started = self.clock.monotonic()
         tick = 0
-        while not self._stop.is_set():
-            self.sample(channel)
-            now = self.clock.monotonic()
-            tick = max(tick + 1, int((now - started) / channel.interval_s) + 1)
-            wait = started + tick * channel.interval_s - now
-            if wait > 0 and self._stop.wait(wait):
-                return
+        busy = threading.BoundedSemaphore(channel.in_flight)
+        with ThreadPoolExecutor(max_workers=channel.in_flight,
+                                thread_name_prefix=f"sli-{channel.name}") as pool:
+            while not self._stop.is_set():
+                if busy.acquire(blocking=False):
+                    sent = self._send(channel)
+                    future = pool.submit(self._finish, channel, sent)
+                    future.add_done_callback(lambda _: busy.release())
+                now = self.clock.monotonic()
+                tick = max(tick + 1, int((now - started) / channel.interval_s) + 1)
+                wait = started + tick * channel.interval_s - now
+                if wait > 0 and self._stop.wait(wait):
+                    break
 
     def start(self) -> "Recorder":
         if self._threads:
@@ -152,10 +210,18 @@ class Recorder:
     # -- reading the timeline ---------------------------------------------------------
 
     def readings(self, name: str | None = None) -> list[Reading]:
-        """A copy of one channel's readings (the first channel's by default)."""
+        """A copy of one channel's readings so far, in send order (the first channel's by
+        default); a sample still in flight may yet land among them."""
         channel = self.channel(name)
         with self._lock:
             return list(channel.readings)
+
+    def settled(self, name: str | None = None) -> list[Reading]:
+        """One channel's readings sent before its earliest sample in flight: a prefix that
+        only grows (the first channel's by default)."""
+        channel = self.channel(name)
+        with self._lock:
+            return list(self._settled(channel))
 
     def channel(self, name: str | None = None) -> Channel:
         if name is None:
@@ -167,11 +233,15 @@ class Recorder:
                        f"{', '.join(c.name for c in self.channels)})")
 
     def combined(self) -> list[Reading]:
-        """The SLI timeline: the first channel's readings, each OK only if every other
-        gating channel's latest reading at that time was OK too (none yet counts as OK)."""
-        base = self.readings()
+        """The settled SLI timeline: the first channel's settled readings, each OK only if
+        every other gating channel's latest reading sent by then was OK too (none yet
+        counts as OK); it stops before anything a sample in flight could change."""
+        base = self.settled()
         gating = [c for c in self.channels[1:] if c.gates]
-        others = [self.readings(c.name) for c in gating]
+        others = [self.settled(c.name) for c in gating]
+        with self._lock:
+            horizon = min((min(c.pending) for c in gating if c.pending), default=math.inf)
+        base = [r for r in base if r.t < horizon]
         if not others:
             return base
         merged = []
@@ -187,13 +257,14 @@ class Recorder:
                 if other is not None and not other.ok:
                     ok = False
                     error = error or f"{gating[index].name}: {other.error}"
-            merged.append(Reading(reading.t, ok, reading.latency_s, error))
+            merged.append(Reading(reading.t, ok, reading.latency_s, error, reading.value))
         return merged
 
     def to_json(self) -> dict[str, Any]:
         """The journal's ``gameday.sli`` section: each channel and its samples
-        (``[t, ok, latency_ms, error?]``) and, for a value channel, its values
-        (``[t, value]`` of each reading that read one)."""
+        (``[t, ok, latency_ms, error?]``: sent at ``t``, answered ``latency_ms`` later)
+        and, for a value channel, its values (``[t, value]`` of each reading that read
+        one)."""
         with self._lock:
             channels = []
             for c in self.channels:

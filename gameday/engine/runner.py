@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import chaoslib
+from chaoslib import substitute
 from chaoslib.rollback import run_rollbacks
 from chaoslib.run import Runner
 from chaoslib.types import Strategy
@@ -31,6 +32,7 @@ from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import signals, stops
+from gameday.engine.plan import loaded_configuration
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
@@ -105,9 +107,13 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
 
 
 def plan_faults(loaded: LoadedExperiment, target: Target | None,
-                session: sessions.Session) -> list[PlannedFault]:
-    """Resolve every fault action's targets and check the blast radius; inject nothing."""
+                session: sessions.Session,
+                variables: dict[str, str] | None = None) -> list[PlannedFault]:
+    """Resolve every fault action's targets and check the blast radius; inject nothing.
+    The self-guard sees each action's arguments as the action will (``${name}``
+    substituted from the configuration and ``variables``)."""
     planned: list[PlannedFault] = []
+    configuration = loaded_configuration(loaded.experiment, target, variables or {})
     for position, activity in enumerate(loaded.experiment.get("method") or []):
         provider = activity.get("provider") or {}
         kind = by_activity(str(provider.get("module")), str(provider.get("func")))
@@ -121,8 +127,9 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
                                "extensions[gameday].target)", file=str(loaded.path),
                                path=f"method[{position}]",
                                line=loaded.line_of(f"method[{position}]"))
-        refuse_self_signal(kind.name, arguments, target,
-                           f"{loaded.path}: method[{position}] {activity.get('name')!r}")
+        refuse_self_signal(kind.name, dict(substitute(dict(arguments), configuration, {})),
+                           target, f"{loaded.path}: method[{position}] "
+                           f"{activity.get('name')!r}")
         if kind.selector == "gpu":
             try:
                 gpus = target.resolve_gpus(arguments.get("gpu") or {}, where=f"{where}.gpu")
@@ -225,7 +232,7 @@ def run(options: RunOptions) -> RunOutcome:
             refuse_if_halted(target.agents)
         session = sessions.Session(target=target, extension=loaded.extension,
                                    ledger_path=paths.ledger_path(), target_config=config)
-        planned = plan_faults(loaded, target, session)
+        planned = plan_faults(loaded, target, session, dict(options.variables))
         for item in planned:  # refused here, before anything is injected, if another run
             for gpu in item.gpus:  # holds one of the targets
                 session.locks.acquire(target_key(gpu.node, {"gpu": gpu.index}))

@@ -1,20 +1,23 @@
 """The orchestrator's own refusal to signal itself, at planning, before anything runs.
 
-A ``process.kill`` / ``process.pause`` whose selector (``pid``, ``name``, ``cmdline``)
-is resolved by an agent on this host is resolved here too, the way that agent resolves
-it, and refused (:class:`gameday.errors.ProtectedTarget`, exit 2) when it matches a
-process gameday never signals (:func:`gameday.node.processes.protected_processes`:
-this run, its ancestors, agents, fault filesystems, the lab supervisor, PID 1). The
-agent checks again before it signals, on any host.
+A ``process.kill`` / ``process.pause`` whose selector is resolved by an agent on this
+host is resolved here too, whole (``pid``, ``name``, ``cmdline`` and the ``env``,
+``parent``, ``cgroup`` filters) and the way that agent resolves it
+(:func:`gameday.node.host.process.resolve_host_process`), and refused
+(:class:`gameday.errors.ProtectedTarget`, exit 2) when it matches a process gameday
+never signals (:func:`gameday.node.processes.protected_processes`: this run, its
+ancestors, agents, fault filesystems, the lab supervisor, PID 1). The agent checks again
+before it signals, on any host.
 """
 
-import re
 import socket
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from gameday.node.processes import find_processes, refuse_protected
+from gameday.errors import FaultRejected
+from gameday.node.host.process import resolve_host_process
+from gameday.node.processes import refuse_protected
 from gameday.targets.base import Target
 
 __all__ = ["refuse_self_signal"]
@@ -36,16 +39,14 @@ def refuse_self_signal(kind: str, arguments: Mapping[str, Any], target: Target,
     clients = [c for name, c in target.agents.items() if node is None or name == node]
     if not clients or not all(_on_this_host(client.url) for client in clients):
         return
-    pid, name, cmdline = selector.get("pid"), selector.get("name"), selector.get("cmdline")
-    if isinstance(pid, int) and not isinstance(pid, bool):
-        pids = [pid]
-    elif (isinstance(name, str) and name) or (isinstance(cmdline, str) and cmdline):
-        try:
-            pids = find_processes(name=name or None, cmdline=cmdline or None)
-        except re.error:
-            return  # the agent refuses the bad expression, naming it
-    else:
-        return
+    host_selector = {key: value for key, value in selector.items()
+                     if key in ("pid", "name", "cmdline", "env", "parent", "cgroup")}
+    if "pod" in selector or not host_selector:
+        return  # a container's cgroup, a lab shard or role: the agent's own check
+    try:
+        pids = resolve_host_process(host_selector, {})
+    except (FaultRejected, TypeError, ValueError):
+        return  # the agent refuses the malformed selector, naming it
     refuse_protected(pids, f"{where}: process selector {dict(selector)}")
 
 

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from chaoslib import substitute
 
 from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS, by_activity
+from faults.catalogue import SELECTOR_KEYS, SELECTOR_TYPES, by_activity
+from faults.process_selector import check_process_selector
 from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limited
 from gameday.errors import InvalidInput, first_line
 from gameday.experiment.extension import Extension, parse_extension
@@ -179,6 +181,7 @@ def check_experiment(path: Path, *, target: str | None = None,
             attempt(_check_provider, where, activity)
         attempt(_check_coverage, document, loaded.extension)
         found.extend(_selector_errors(document))
+        found.extend(_process_selector_errors(document, values))
         if variables is not None:
             kind = target or loaded.extension.target or _raw_target(document)
             found.extend(_undefined_variables(document, variables, kind))
@@ -286,7 +289,8 @@ def _activities(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
 
 def _declared_types(module_name: str, func_name: str) -> dict[str, type]:
     """The ``int``/``float``/``bool`` parameters of an activity: the fault catalogue's
-    parameter types, else the function's annotations ({} if it does not import)."""
+    parameter types and its selector's typed keys (dotted: ``process.pid``), else the
+    function's annotations ({} if it does not import)."""
     try:
         func = getattr(importlib.import_module(module_name), func_name, None)
     except ImportError:
@@ -296,6 +300,9 @@ def _declared_types(module_name: str, func_name: str) -> dict[str, type]:
     for param in kind.params if kind is not None else ():
         if param.type in (int, float, bool):
             found[param.name] = param.type
+    if kind is not None and kind.selector:
+        for key, declared in SELECTOR_TYPES.get(kind.selector, {}).items():
+            found[f"{kind.selector}.{key}"] = declared
     return found
 
 
@@ -346,6 +353,29 @@ def _selector_errors(document: Mapping[str, Any]) -> list[InvalidInput]:
             if key not in known:
                 found.append(unknown_key(str(key), known, f"{where}.provider.arguments."
                                                           f"{kind.selector}.{key}"))
+    return found
+
+
+def _process_selector_errors(document: Mapping[str, Any],
+                             values: Mapping[str, tuple[Any, str]]) -> list[InvalidInput]:
+    """Each process fault's selector, its known ``${name}`` substituted as the run will,
+    checked by the rules the action applies before it resolves it
+    (:func:`faults.process_selector.check_process_selector`): validate and plan agree."""
+    found: list[InvalidInput] = []
+    known = {key: value for key, (value, _) in values.items()}
+    for where, activity in _activities(document):
+        provider = activity["provider"]
+        kind = by_activity(str(provider.get("module")), str(provider.get("func")))
+        if activity.get("type") != "action" or kind is None or kind.selector != "process":
+            continue
+        selector = (provider.get("arguments") or {}).get("process")
+        if selector is None:
+            continue  # (a missing argument is the provider check's to report)
+        try:
+            check_process_selector(substitute(selector, known, {}))
+        except InvalidInput as exc:
+            found.append(InvalidInput(_bare(exc), path=f"{where}.provider.arguments."
+                                                       f"{exc.path or 'process'}"))
     return found
 
 

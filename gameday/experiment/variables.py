@@ -5,7 +5,8 @@ toolkit substitutes ``"${port}"`` by the value as it is, so a function that want
 integer would get ``"8080"`` and fail mid-run. :func:`type_arguments` converts, before
 anything runs, every python activity argument that is exactly one ``"${key}"`` with a
 known value, by its parameter's declared type (the fault catalogue's parameter type, or
-the function's annotation: ``int``, ``float`` or ``bool``, optional or not), and
+the function's annotation: ``int``, ``float`` or ``bool``, optional or not), nested keys
+too (a selector's ``process.pid``: the catalogue's typed selector keys), and
 refuses a value that does not convert with one line naming the key and where it came
 from (:class:`gameday.errors.InvalidInput`, exit 2).
 """
@@ -77,29 +78,42 @@ def convert(value: Any, declared: type) -> Any:
 def type_arguments(activities: list[tuple[str, dict[str, Any]]],
                    known: Mapping[str, tuple[Any, str]],
                    declared_types: Callable[[str, str], Mapping[str, type]]) -> None:
-    """Replace, in place, each python argument ``"${key}"`` whose parameter is declared
-    ``int``/``float``/``bool`` (``declared_types(module, func)``) and whose ``key`` is
-    ``known``, by the converted value; :class:`InvalidInput` (path of the argument) for
-    one that does not convert."""
+    """Replace, in place, each python argument ``"${key}"`` (at any depth of nested
+    mappings) whose parameter is declared ``int``/``float``/``bool``
+    (``declared_types(module, func)``, by dotted path: ``pid`` or ``process.pid``) and
+    whose ``key`` is ``known``, by the converted value; :class:`InvalidInput` (path of
+    the argument) for one that does not convert."""
     for where, activity in activities:
         provider = activity.get("provider") or {}
         arguments = provider.get("arguments")
         if provider.get("type") != "python" or not isinstance(arguments, dict):
             continue
         wanted = declared_types(str(provider.get("module")), str(provider.get("func")))
-        for name, value in list(arguments.items()):
+        for name, holder, key in _slots(arguments, ""):
+            value = holder[key]
             match = _WHOLE.fullmatch(value) if isinstance(value, str) else None
             declared = wanted.get(name)
             if match is None or declared is None or match.group(1) not in known:
                 continue
             raw, source = known[match.group(1)]
             try:
-                arguments[name] = convert(raw, declared)
+                holder[key] = convert(raw, declared)
             except (ValueError, TypeError):
                 raise InvalidInput(
                     f"{source} is {raw!r}, not {_NAMES[declared]} as argument {name!r} of "
                     f"{provider.get('module')}.{provider.get('func')} needs",
                     path=f"{where}.provider.arguments.{name}") from None
+
+
+def _slots(mapping: dict[str, Any], prefix: str) -> list[tuple[str, dict[str, Any], str]]:
+    """``(dotted path, holder, key)`` of every value in nested mappings."""
+    found: list[tuple[str, dict[str, Any], str]] = []
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        found.append((path, mapping, key))
+        if isinstance(value, dict):
+            found.extend(_slots(value, f"{path}."))
+    return found
 
 
 def annotated_types(func: Callable[..., Any]) -> dict[str, type]:

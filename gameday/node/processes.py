@@ -36,6 +36,7 @@ from typing import Any, Final
 import re2
 
 from gameday.contract.backend import FaultRequest
+from gameday.contract.pick import Pick, parse_pick
 from gameday.errors import FaultRejected, PolicyRefused, ProtectedTarget
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "NO_ALLOWED_MATCH", "PROCESS_KINDS",
@@ -45,7 +46,7 @@ __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "NO_ALLOWED_MATCH", "PROCESS_KINDS",
            "current_processes", "find_processes", "gameday_role", "one_scan", "parent_pid",
            "pin_processes", "process_cgroup", "process_environ", "process_ref",
            "process_state", "protected_processes", "refusal", "refuse_protected", "release",
-           "select_processes", "thread_group"]
+           "select_processes", "selector_pick", "thread_group"]
 
 PROCESS_KINDS = ("process.kill", "process.pause")
 
@@ -177,12 +178,18 @@ def _check_selector(target: Mapping[str, Any], where: str = "target", depth: int
     labels = (_PID_LABELS if "pid" in target else
               _CGROUP_LABELS if "cgroup" in target else frozenset()) if depth == 0 \
         else frozenset()
+    if depth == 0 and "pick" in target:
+        if "pid" in target:
+            raise FaultRejected(f"{where}.pick: a pid names one process; pick takes some of "
+                                "the matches of a name, cmdline, env, parent or cgroup")
+        selector_pick(target, where)
+        labels |= {"pick"}
     unknown = sorted(set(target) - _TARGET_KEYS - _FILTER_KEYS - labels)
     if unknown:
         raise FaultRejected(f"{where}.{unknown[0]} is unknown (known: cmdline, name, pid, env, "
-                            "parent, cgroup; shard or role only alongside a pid, pod or "
-                            "container only alongside a cgroup)")
-    for label in labels & set(target):
+                            "parent, cgroup, pick; shard or role only alongside a pid, pod "
+                            "or container only alongside a cgroup)")
+    for label in (labels - {"pick"}) & set(target):
         if not isinstance(target[label], str | int) or isinstance(target[label], bool):
             raise FaultRejected(f"{where}.{label}: must be a name, got {target[label]!r}")
     given = [key for key in ("pid", "name", "cmdline") if key in target]
@@ -218,6 +225,17 @@ def _check_selector(target: Mapping[str, Any], where: str = "target", depth: int
             raise FaultRejected(f"{where}.parent: must be a process selector (at most two "
                                 f"levels), got {parent!r}")
         _check_selector(parent, f"{where}.parent", depth + 1)
+
+
+def selector_pick(target: Mapping[str, Any], where: str = "target") -> Pick | None:
+    """The seeded pick a selector asks for (``pick``), None without one;
+    :class:`FaultRejected` naming ``target.pick.KEY`` when it is malformed."""
+    if "pick" not in target:
+        return None
+    try:
+        return parse_pick(target["pick"])
+    except ValueError as exc:
+        raise FaultRejected(f"{where}.pick: {exc}") from None
 
 
 def check_signal_request(kind: str, request: FaultRequest, *,
@@ -479,10 +497,15 @@ class SignalFault:
         if any(pid <= 0 for pid in pids):  # 0 and -1 would signal groups, or everything
             raise FaultRejected(f"target: pids must be > 0, got {sorted(pids)[0]}")
         where = f"target {_compact(request.target)}"
-        pinned = pin_processes(pids, self.guard, where)
+        pinned = pin_processes(pids, self.guard, where)  # every match checked
         try:
             if not pinned:
                 raise _no_match(where, self.guard)
+            pick = selector_pick(request.target)
+            if pick is not None:  # a seeded pick of the matches, each checked above
+                chosen = set(pick.choose([p.ref.pid for p in pinned]))
+                release([p for p in pinned if p.ref.pid not in chosen])
+                pinned = [p for p in pinned if p.ref.pid in chosen]
             limit = int(request.params.get("max_processes") or 1)
             if len(pinned) > limit:
                 matched = "; ".join(f"pid {p.ref.pid} ({command_text(p.ref.pid)[:120]})"
@@ -497,11 +520,17 @@ class SignalFault:
 
     def check(self, request: FaultRequest) -> dict[str, Any]:
         """What :meth:`apply` would signal, read-only: ``{"processes": [{"pid",
-        "command"}]}``, or the error it would raise."""
+        "command"}]}`` (and the ``pick`` when the selector has one), or the error it
+        would raise."""
         pinned = self._pinned(request)
         release(pinned)
         return {"processes": [{"pid": p.ref.pid, "command": " ".join(command_line(p.ref.pid))
-                               or p.ref.name} for p in pinned]}
+                               or p.ref.name} for p in pinned], **self._picked(request)}
+
+    @staticmethod
+    def _picked(request: FaultRequest) -> dict[str, Any]:
+        pick = selector_pick(request.target)
+        return {} if pick is None else {"pick": pick.to_json()}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         pinned = self._pinned(request)
@@ -522,7 +551,8 @@ class SignalFault:
                 timer.daemon = True
                 self._timers[fault_id] = timer
                 timer.start()
-        return {"signal": sig.name, "processes": [p.ref.to_json() for p in pinned]}
+        return {"signal": sig.name, "processes": [p.ref.to_json() for p in pinned],
+                **self._picked(request)}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         if self.kind == "process.kill":

@@ -18,6 +18,11 @@ applies their combination to every chunk it forwards:
 
 Waits end early when the impairment that caused them is lifted. Connections are served
 by two threads each (one per direction).
+
+:meth:`Relay.drain` ends a relay without cutting what is in flight: it lifts every
+impairment and closes each connection (FIN, not RST) once it is quiet with its last
+bytes gone towards the client (the answer to the last request came back); what is
+still busy at the drain's deadline is reset. :meth:`Relay.stop` resets at once.
 """
 
 import contextlib
@@ -90,7 +95,17 @@ class _Conn:
     aborted: bool = False
     finished: int = 0
     upstream_turn: bool = False  # the last chunk went towards the upstream
+    awaiting: bool = True  # a request went upstream (or may be on its way) unanswered
+    carrying: int = 0  # chunks read from one side, not yet written to the other
+    last_moved: float = field(default_factory=time.monotonic)  # when a chunk last passed
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answered(self, now: float, quiet_s: float) -> bool:
+        """No request in flight: the last chunk went towards the client, none is in the
+        relay's hands, and nothing moved for ``quiet_s``."""
+        with self.lock:
+            return not self.awaiting and not self.carrying and \
+                now - self.last_moved >= quiet_s
 
     def sockets(self) -> list[socket.socket]:
         return [s for s in (self.client, self.upstream) if s is not None]
@@ -173,6 +188,35 @@ class Relay:
             self._thread.join(2.0)
         with contextlib.suppress(OSError):
             self._listener.close()
+
+    def drain(self, timeout_s: float = 5.0, quiet_s: float = 0.1,
+              before_stop: Callable[[], None] | None = None) -> int:
+        """Lift every impairment and let requests in flight get their answer, then stop:
+        each connection is closed (FIN) once answered and quiet for ``quiet_s``, until
+        none is busy or ``timeout_s`` has passed; then ``before_stop`` runs (e.g. removing
+        the redirect that brings new connections) and the relay stops, resetting what is
+        still open. Returns how many connections were busy at the deadline."""
+        with self._cond:
+            self._impairments.clear()
+            self._changed()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            with self._cond:
+                idle = [c for c in self._conns if c.answered(now, quiet_s)]
+                self._conns.difference_update(idle)
+                busy = len(self._conns)
+            for conn in idle:
+                self._close_drained(conn)
+            if not busy or now >= deadline:
+                break
+            time.sleep(min(quiet_s / 2, max(0.0, deadline - now)))
+        if busy:
+            log.info("relay_drain_deadline", relay=self.name, busy=busy)
+        if before_stop is not None:
+            before_stop()
+        self.stop()
+        return busy
 
     def impair(self, key: str, impairment: Impairment) -> None:
         """Add (or replace) the impairment under ``key``."""
@@ -303,9 +347,17 @@ class Relay:
                         dst.shutdown(socket.SHUT_WR)
                     clean = True
                     break
-                if not self._pass(conn, towards_upstream):
-                    break
-                dst.sendall(data)
+                with conn.lock:
+                    conn.carrying += 1
+                try:
+                    if not self._pass(conn, towards_upstream):
+                        break
+                    dst.sendall(data)
+                finally:
+                    with conn.lock:
+                        conn.carrying -= 1
+                        conn.awaiting = towards_upstream
+                        conn.last_moved = time.monotonic()
                 with self._cond:
                     self.stats.forwarded += 1
         except OSError:
@@ -388,6 +440,19 @@ class Relay:
             conn.client.shutdown(socket.SHUT_RD)
         _reset(conn.client)  # the client sees the cut: RST
         for sock in sockets[1:]:  # the upstream just sees the connection end
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _close_drained(self, conn: _Conn) -> None:
+        """Close an answered connection in order: its threads end, both peers see FIN."""
+        with conn.lock:
+            conn.aborted = True  # (its pumps stop; _abort counts no reset for it now)
+            sockets = conn.sockets()
+        with self._cond:
+            self._cond.notify_all()
+        for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):

@@ -182,7 +182,9 @@ def _fold_verifier(line: Timeline, result: dict[str, Any], rel: Any, phase: str)
         line.markers.append(Marker(rel(float(result["at"])), "verifier", name,
                                    result.get("passed"), phase))
     if "timeline" in m and isinstance(m["timeline"], list):
-        line.sli = [(rel(float(t)), bool(ok)) for t, ok in m["timeline"]]
+        # [sent, ok, answered] (older journals: [sent, ok]); a change shows when it arrived
+        line.sli = [(rel(float(point[-1] if len(point) > 2 else point[0])), bool(point[1]))
+                    for point in m["timeline"]]
         line.sli_label = str(m.get("sli") or "SLI")
         if m.get("onset") is not None and m.get("recovered_at") is not None:
             line.rto = (rel(float(m["onset"])), rel(float(m["recovered_at"])))

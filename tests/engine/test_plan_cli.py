@@ -102,8 +102,11 @@ def test_a_plan_over_the_node_limit_is_refused_with_exit_2(
     path = _experiment(tmp_path / "bad.yaml", [_kill({"pid": 1})])
     done = gameday(["plan", str(path)], host_agent)
     assert done.returncode == 2
-    assert f"{path}:" in done.stdout and "process.pid: must be a pid > 1" in done.stdout
-    assert "plan: NOT admissible; nothing injected" in done.stdout
+    # refused as validate refuses it (the same rule, the same line), before any planning
+    assert f"{path}:" in done.stderr and "process.pid: must be a pid > 1" in done.stderr
+    checked = gameday(["validate", str(path)], host_agent)
+    assert checked.returncode == 2 and "process.pid: must be a pid > 1" in checked.stdout + \
+        checked.stderr
 
 
 def test_a_gpu_fault_on_a_host_without_placement_names_file_and_line(

@@ -92,7 +92,7 @@ def test_rank_1_of_a_job_by_environment_then_by_parent(session: Session) -> None
         while alive(rank0) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not alive(rank0) and alive(parent.pid)
-        with pytest.raises(ActivityFailed, match="matches no process"):
+        with pytest.raises(ActivityFailed, match="matches no live process"):
             faults.process.kill(process={"env": {"RANK": "1", "TORCHELASTIC_RUN_ID": "none"}})
         with pytest.raises(ActivityFailed, match=r"process\.env: must be a mapping"):
             faults.process.kill(process={"env": "RANK=1"})

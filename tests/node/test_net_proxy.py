@@ -110,3 +110,21 @@ def test_bad_requests_are_refused(target: dict[str, object], params: dict[str, o
         ServiceProxyFault("service.latency", prefix=PREFIX).apply(
             "f-bad", FaultRequest("service.latency", target, params))
     assert leftovers() == []
+
+
+def test_a_request_in_flight_when_the_fault_is_reverted_gets_its_answer(service: int) -> None:
+    """The proxy is drained on revert, not dropped: a request waiting out a 5 s latency
+    when the fault is reverted is answered at once."""
+    fault = ServiceProxyFault("service.latency", prefix=PREFIX)
+    request = FaultRequest("service.latency", {"port": service}, {"delay_ms": 5000})
+    fault.apply("f-lat-2", request)
+    answers: list[tuple[str, float]] = []
+    try:
+        sender = threading.Thread(target=lambda: answers.append(_get(service)))
+        sender.start()
+        time.sleep(0.5)  # the request now waits in the proxy
+        assert answers == []
+    finally:
+        fault.revert("f-lat-2", request)
+    sender.join(5)
+    assert len(answers) == 1 and answers[0][0] == "hello" and answers[0][1] < 3.0, answers

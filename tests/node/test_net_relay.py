@@ -143,3 +143,66 @@ def test_a_bad_experiment_exits_2_naming_file_key_and_line(tmp_path: Path) -> No
     result = gameday(["run", str(broken), "--target", "none"], cli_env(tmp_path))
     assert result.returncode == 2
     assert "flap.yaml:" in result.stderr and "arguments.count" in result.stderr
+
+
+def _slow_server(answer_after_s: float) -> JsonServer:
+    def slow(_: object) -> object:
+        time.sleep(answer_after_s)
+        return json_response(200, {"ok": True})
+    return JsonServer({("POST", "/partial"): slow})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("impairment", [Impairment(delay_s=5.0), Impairment(hold=True)],
+                         ids=["latency", "stall"])
+def test_drain_lets_the_request_in_flight_get_its_answer(impairment: Impairment) -> None:
+    """A request sent through an impaired relay, still in flight when the fault is
+    reverted (drained), gets its answer; an idle kept-alive connection is closed, not
+    reset; the relay ends with no connection and no reset."""
+    server = _slow_server(0.3)
+    server.start()
+    relay = Relay(tunnel=True, name="drain").start()
+    try:
+        idle = _pool(server, relay)
+        assert idle.post("/partial", b"{}")[0] == 200  # a kept-alive, answered connection
+        relay.impair("f", impairment)
+        answers: list[object] = []
+        sender = threading.Thread(target=lambda: answers.append(
+            _pool(server, relay).post("/partial", b"{}")[0]))
+        sender.start()
+        wait_for = time.monotonic() + 3
+        while relay.connections() < 2 and time.monotonic() < wait_for:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the request is in the relay, waiting out the impairment
+        assert answers == []
+        started = time.monotonic()
+        assert relay.drain(timeout_s=5.0) == 0
+        sender.join(5)
+        assert answers == [200]
+        assert time.monotonic() - started < 3.0
+        assert relay.connections() == 0 and relay.stats.reset == 0
+    finally:
+        relay.stop()
+        server.stop()
+
+
+def test_drain_resets_what_is_still_busy_at_its_deadline() -> None:
+    server = _slow_server(2.0)
+    server.start()
+    relay = Relay(tunnel=True, name="drain-late").start()
+    try:
+        answers: list[object] = []
+
+        def send() -> None:
+            try:
+                answers.append(_pool(server, relay).post("/partial", b"{}")[0])
+            except OSError as exc:
+                answers.append(type(exc).__name__)
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(0.3)
+        assert relay.drain(timeout_s=0.3) == 1
+        sender.join(5)
+        assert answers and answers[0] != 200 and relay.stats.reset == 1
+    finally:
+        relay.stop()
+        server.stop()

@@ -5,6 +5,7 @@ Everything is real: the ``gameday run`` and ``gameday agent serve`` processes, t
 victims (``sleep``), the agent's host process backend, signals and ``/proc``.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -156,14 +157,87 @@ def test_a_run_whose_selector_matches_itself_exits_2_before_anything_runs(
         assert server.registry.faults() == []
 
 
-def test_a_selector_known_only_at_run_time_is_refused_by_the_agent_with_exit_2(
+def test_a_selector_from_a_variable_is_refused_with_its_value_shown(
         tmp_path: Path) -> None:
-    """The selector comes from a variable, so only the agent sees what it matches: the
-    agent refuses, nothing is signalled, the run exits 2 naming the match."""
+    """The selector comes from a variable: the self-guard substitutes it as the action
+    will, refuses, and names the value, not ``${victim}``; nothing is signalled."""
     tag = f"gdself-{uuid.uuid4().hex}"
     path = _experiment(tmp_path / f"{tag}.yaml", {"cmdline": "${victim}"}, {"victim": tag})
     with process_agent(tmp_path) as server:
         proc, out, err = _run(tmp_path, path, server)
         assert proc.returncode == 2, out + err
         assert f"pid {proc.pid}: " in out + err
+        assert f"'cmdline': '{tag}'" in err and "${victim}" not in err
         wait_until(lambda: server.registry.faults() == [], what="no fault")
+
+
+def test_the_self_guard_applies_the_whole_selector_env_included(tmp_path: Path) -> None:
+    """``{name: python, env: {GDJOB: ...}}`` matches this test, the ``gameday run``
+    process and other agents by name, but one victim by its environment: the self-guard
+    filters by env as the agent does, so the run is not refused and the agent kills
+    exactly the victim."""
+    tag = f"gdself-{uuid.uuid4().hex}"
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                              env={**os.environ, "GDJOB": tag})
+    try:
+        name = Path(f"/proc/{victim.pid}/comm").read_text().strip()
+        path = _experiment(tmp_path / "env.yaml", {"name": name, "env": {"GDJOB": "${job}"}},
+                           {"job": tag})
+        with process_agent(tmp_path) as server:
+            proc, out, err = _run(tmp_path, path, server)
+        assert "protected" not in err and "refusing" not in err, out + err
+        assert victim.wait(30) == -signal.SIGKILL
+        assert proc.returncode == 0, out + err
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_seeded_pick_kills_the_planned_one_of_two_and_the_journal_records_it(
+        tmp_path: Path) -> None:
+    """Two replicas match; ``pick: {count: 1, seed: S}`` takes the one the seed picks
+    from the sorted matches (the plan's agent check shows it), the run kills that one
+    only, and the journal records the pick with the process it took."""
+    from gameday.contract.pick import Pick
+
+    tag = f"gdself-{uuid.uuid4().hex}"
+    selector = {"cmdline": f"time.sleep.*{tag}", "pick": {"count": 1, "seed": 11}}
+    path = _experiment(tmp_path / "pick.yaml", selector, {})
+    with process_agent(tmp_path) as server, sleepers(tag, 2) as victims:
+        pids = sorted(v.pid for v in victims)
+        [chosen] = Pick(seed=11, count=1).choose(pids)
+        env = dict(env_for(tmp_path), GAMEDAY_AGENT_URL=server.url, GAMEDAY_AGENT_TOKEN=TOKEN)
+        planned = subprocess.run([GAMEDAY, "plan", str(path), "--output", "json"], env=env,
+                                 cwd=REPO, text=True, capture_output=True, timeout=120)
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        [hit] = json.loads(planned.stdout)["plan"]["faults"][0]["hits"]
+        assert hit["target"]["pick"] == {"count": 1, "seed": 11}
+        assert [p["pid"] for p in hit["matches"]["processes"]] == [chosen]
+        journal = tmp_path / "journal.json"
+        done = subprocess.run([GAMEDAY, "run", str(path), "--journal-path", str(journal)],
+                              env=env, cwd=REPO, text=True, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        killed = next(v for v in victims if v.pid == chosen)
+        spared = next(v for v in victims if v.pid != chosen)
+        assert killed.wait(30) == -signal.SIGKILL and spared.poll() is None
+        [fault] = json.loads(journal.read_text())["gameday"]["faults"]
+        assert fault["target"]["pick"] == {"count": 1, "seed": 11}
+        assert fault["details"]["pick"] == {"count": 1, "seed": 11}
+        assert [p["pid"] for p in fault["details"]["processes"]] == [chosen]
+
+
+def test_validate_and_plan_agree_on_a_typed_nested_variable(tmp_path: Path) -> None:
+    """``process: {pid: "${replica_pid}"}`` with ``--var replica_pid=N``: validate and
+    plan both take N as the pid (converted by the selector's declared type)."""
+    tag = f"gdself-{uuid.uuid4().hex}"
+    with process_agent(tmp_path) as server, sleepers(tag, 1) as [victim]:
+        path = _experiment(tmp_path / "pid.yaml", {"pid": "${replica_pid}"}, {})
+        env = dict(env_for(tmp_path), GAMEDAY_AGENT_URL=server.url, GAMEDAY_AGENT_TOKEN=TOKEN)
+        var = ["--var", f"replica_pid={victim.pid}"]
+        checked = subprocess.run([GAMEDAY, "validate", str(path), *var], env=env, cwd=REPO,
+                                 text=True, capture_output=True, timeout=120)
+        planned = subprocess.run([GAMEDAY, "plan", str(path), *var], env=env, cwd=REPO,
+                                 text=True, capture_output=True, timeout=120)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        assert f"pid={victim.pid}" in planned.stdout and victim.poll() is None

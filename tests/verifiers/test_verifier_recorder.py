@@ -238,3 +238,40 @@ def test_a_promql_sli_channel_against_a_real_prometheus(prometheus: PrometheusUn
     recorder.tick()  # an HTTP sample counts against the PromQL sample before it
     assert [r.ok for r in recorder.combined()] == [True, True, False]
     assert recorder.combined()[-1].error == "promql: promql returned no series"
+
+
+def test_a_held_sample_does_not_stop_the_sampling_and_nothing_passes_it() -> None:
+    """Real threads: the first sample is held (a server queueing it) while the next ones
+    are sent on cadence and answered; nothing is settled past the held one until it is
+    answered, then every reading is, in send order, with both stamps."""
+    import threading
+
+    release = threading.Event()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def sample() -> tuple[bool, str]:
+        with lock:
+            calls.append(len(calls))
+            first = len(calls) == 1
+        if first:
+            release.wait(5)
+        return True, ""
+
+    recorder = Recorder([Channel("http", "held", sample, 0.02, in_flight=8)])
+    transitions: list[bool] = []
+    recorder.on_transition = lambda name, reading: transitions.append(reading.ok)
+    recorder.start()
+    try:
+        wait_until(lambda: len(recorder.readings()) >= 5, timeout_s=10,
+                   what="samples answered while the first is held")
+        assert recorder.settled() == [] and recorder.combined() == []
+        release.set()
+        wait_until(lambda: len(recorder.settled()) >= 6, timeout_s=10, what="settled")
+    finally:
+        recorder.stop()
+    settled = recorder.settled()
+    assert [r.t for r in settled] == sorted(r.t for r in settled)
+    assert settled[0].latency_s > settled[1].latency_s  # held, then answered at once
+    assert settled[0].done_at >= settled[1].done_at
+    assert transitions == [True]

@@ -58,8 +58,9 @@ def test_tracker_finds_detection_and_the_final_stable_run() -> None:
     # between the last failing sample (102.0) and the first OK one of the stable run
     assert tracker.recovered_at == 102.25 and tracker.resolution_s == 0.25
     assert (tracker.samples, tracker.failures) == (8, 3)
-    assert tracker.timeline() == [[100.0, True], [100.5, False], [101.5, True], [102.0, False],
-                                  [102.5, True], [103.5, True]]
+    assert tracker.timeline() == [[t, ok, t] for t, ok in [  # [sent, ok, answered]
+        (100.0, True), (100.5, False), (101.5, True), (102.0, False), (102.5, True),
+        (103.5, True)]]
 
 
 def test_track_keeps_the_cadence_and_stops_at_the_deadline() -> None:
@@ -166,7 +167,7 @@ def test_real_outage_window_is_measured(model: ModelServer) -> None:
     assert set(model.requests) == {("POST", 1)}  # golden inputs POSTed to /predict
     recorded = only_result(session)
     assert recorded.measurement["sli"] == f"POST {model.url}/predict"
-    assert [ok for _, ok in recorded.measurement["timeline"]] == [True, False, True, True]
+    assert [point[1] for point in recorded.measurement["timeline"]] == [True, False, True, True]
 
 
 def test_without_a_fault_onset_it_fails(session: Session) -> None:

@@ -13,9 +13,11 @@ redirect skips. Connections opened before the fault are not touched.
   reset.
 
 ``duration_s`` lifts the impairment early (the proxy then passes traffic untouched
-until reverted). Revert removes the redirect and stops the proxy (connections still
-open through it are reset). ``percent`` must be 100 and ``jitter_ms`` 0 here (the lab's
-router does both).
+until reverted). Revert drains the proxy, then removes the redirect: the impairment is
+lifted, requests in flight get their answer, each connection through the proxy is
+closed once answered (what is still busy after ``DRAIN_S`` is reset), and new
+connections go straight to the service again. ``percent`` must be 100 and ``jitter_ms``
+0 here (the lab's router does both).
 """
 
 import ipaddress
@@ -36,6 +38,7 @@ __all__ = ["PROXY_MARK", "ServiceProxyFault", "handlers"]
 log = structlog.get_logger("gameday.node.host.proxy")
 
 PROXY_MARK = 0x67646E  # "gdn": the proxy's upstream sockets skip the redirect
+DRAIN_S = 5.0  # how long a revert lets requests in flight through the proxy finish
 DEFAULT_PREFIX = "gameday"
 
 
@@ -138,13 +141,18 @@ class ServiceProxyFault:
         if runner is not None:
             runner.cancel()
         name = rule_name(self.prefix, fault_id)
-        for mech in all_mechanisms():
-            if mech.name != "netem" and mech.unavailable() is None:
-                mech.remove(name, None)
+
+        def remove_redirect() -> None:
+            for mech in all_mechanisms():
+                if mech.name != "netem" and mech.unavailable() is None:
+                    mech.remove(name, None)
         relay = self._relays.pop(fault_id, None)
-        if relay is not None:
-            relay.lift(fault_id)
-            relay.stop()
+        if relay is None:
+            remove_redirect()
+            return
+        # the redirect stays while the relay drains: removing the last NAT chain also
+        # ends the translation of connections already redirected, cutting them
+        relay.drain(DRAIN_S, before_stop=remove_redirect)
 
     def inventory(self) -> dict[str, list[dict[str, Any]]]:
         return {}

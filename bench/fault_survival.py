@@ -41,8 +41,8 @@ from typing import Any
 import yaml
 
 from gameday.agent.server import AgentServer
-from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
+from gameday.wire.agent_client import AgentClient
 from tests.safety.late_agent import HoldingProxy, LateBackend, experiment
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ from typing import Any
 
 from gameday import activity
 from gameday.activity import check_nodes, pick_node
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
+from gameday.wire.agent_client import AgentClient
 
 __all__ = ["check_nodes", "inject_on_node", "inventory_of", "pick_node", "selector_mapping"]
 

@@ -17,8 +17,8 @@ from faults._nodes import inject_on_node, inventory_of, selector_mapping
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
+from gameday.wire.agent_client import AgentClient
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]
 

@@ -15,7 +15,7 @@ from faults._nodes import inject_on_node, selector_mapping
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 
 __all__ = ["latency", "revert", "timeout"]
 

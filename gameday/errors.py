@@ -57,6 +57,11 @@ class FaultRejected(GamedayError):
     """A backend refused to apply a fault (bad parameters, unsupported, out of range)."""
 
 
+class PolicyRefused(FaultRejected):
+    """An agent's policy does not allow this fault, target or lease (``403``); raised by
+    the agent's registry and by the backends that enforce the policy."""
+
+
 class ProtectedTarget(FaultRejected):
     """A process selector matched a process gameday never signals (itself, an ancestor,
     an agent, PID 1, ...); the message names each (pid, command, why). Nothing was

@@ -33,9 +33,9 @@ from typing import Any, Final
 
 import yaml
 
-from gameday.agent.registry import Limits, PolicyRefused
+from gameday.agent.registry import Limits
 from gameday.contract.backend import FaultRequest
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, PolicyRefused
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 
 __all__ = ["NO_POLICY", "Policy", "default_route_interfaces", "load_policy"]

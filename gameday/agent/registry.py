@@ -34,13 +34,20 @@ import structlog
 from gameday.agent.conflicts import TargetIndex, first_holder
 from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile
 from gameday.agent.statewriter import StateWriter
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.contract.backend import Backend, FaultRequest, backend_batch, backend_check
-from gameday.errors import AgentError, FaultRejected, GamedayError, InvalidInput, first_line
+from gameday.errors import (
+    AgentError,
+    FaultRejected,
+    GamedayError,
+    InvalidInput,
+    PolicyRefused,
+    first_line,
+)
 from gameday.logs import writes_info
+from gameday.wire.protocol import REVERT_REASONS, RevertReason, check_lease
 
 __all__ = [
     "AgentClosing",
@@ -51,7 +58,6 @@ __all__ = [
     "FaultRegistry",
     "LimitReached",
     "Limits",
-    "PolicyRefused",
     "RequestResolved",
     "Resolution",
     "RevertFailed",
@@ -92,10 +98,6 @@ class FaultGone(GamedayError):
 
 class RevertFailed(GamedayError):
     """The backend failed to revert a fault; the agent keeps retrying (``500``)."""
-
-
-class PolicyRefused(FaultRejected):
-    """The agent's policy does not allow this fault, target or lease (``403``)."""
 
 
 class LimitReached(GamedayError):

@@ -44,10 +44,10 @@ from gameday.agent.audit import AuditTrail
 from gameday.agent.policy import Policy, load_policy
 from gameday.agent.reconcile import reconciler_for
 from gameday.agent.server import AgentServer
-from gameday.agent.tls import ServerTLS
 from gameday.agent.tokens import TokenSet, check_token
 from gameday.contract.backend import Backend
 from gameday.errors import GamedayError, InvalidInput
+from gameday.wire.tls import ServerTLS
 
 __all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen",
            "serve_parser"]

@@ -9,7 +9,7 @@ Bounded work: at most ``max_connections`` connections are served at once and at 
 ``per_source`` from one address (more are answered ``503`` by the accepting thread,
 which never reads from a client); a TLS handshake, a request head and a request body
 each must arrive within :data:`REQUEST_DEADLINE_S`; the lease reaper is a thread of its
-own that no request holds up. With :class:`gameday.agent.tls.ServerTLS` it speaks TLS
+own that no request holds up. With :class:`gameday.wire.tls.ServerTLS` it speaks TLS
 1.3 only (mutual TLS when the TLS has a client CA); with an
 :class:`gameday.agent.audit.AuditTrail` every request that reached the handler is
 recorded before it is answered.
@@ -41,7 +41,31 @@ from gameday.agent.audit import AuditTrail
 from gameday.agent.httphead import BadRequestHead, read_request_head
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import (
+from gameday.agent.registry import (
+    AgentClosing,
+    BatchRejected,
+    Fault,
+    FaultConflict,
+    FaultGone,
+    FaultRegistry,
+    LimitReached,
+    Limits,
+    RequestResolved,
+    RevertFailed,
+    UnknownFault,
+)
+from gameday.agent.tokens import TokenSet
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.contract.backend import Backend
+from gameday.errors import (
+    FaultRejected,
+    GamedayError,
+    InvalidInput,
+    PolicyRefused,
+    ProtectedTarget,
+    first_line,
+)
+from gameday.wire.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BODY_BYTES,
     PREFER_MINIMAL,
@@ -56,25 +80,7 @@ from gameday.agent.protocol import (
     parse_resolve,
     prefers_minimal,
 )
-from gameday.agent.registry import (
-    AgentClosing,
-    BatchRejected,
-    Fault,
-    FaultConflict,
-    FaultGone,
-    FaultRegistry,
-    LimitReached,
-    Limits,
-    PolicyRefused,
-    RequestResolved,
-    RevertFailed,
-    UnknownFault,
-)
-from gameday.agent.tls import ServerTLS, peer_identity
-from gameday.agent.tokens import TokenSet
-from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.contract.backend import Backend
-from gameday.errors import FaultRejected, GamedayError, InvalidInput, ProtectedTarget, first_line
+from gameday.wire.tls import ServerTLS, peer_identity
 
 __all__ = ["AgentServer"]
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
@@ -34,6 +33,7 @@ from gameday.safety.alertmanager import SilenceHold
 from gameday.safety.locks import TargetLocks, target_key
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target
+from gameday.wire.protocol import MAX_BATCH_ITEMS
 
 log = structlog.get_logger("gameday.engine.session")
 

@@ -288,7 +288,7 @@ def _healthy(proc: dict[str, Any]) -> bool:
 
 
 def _agent_faults(url: str, token: str) -> tuple[list[dict[str, Any]], str | None]:
-    from gameday.engine.agent_client import AgentClient
+    from gameday.wire.agent_client import AgentClient
 
     try:
         with AgentClient(url, token, timeout_s=2.0) as client:

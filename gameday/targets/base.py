@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from gameday.bounded import read_json
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpclient import get_json
 from gameday.targets import gpu_label
 from gameday.targets.agent_tls import agent_tls_from
+from gameday.wire.agent_client import AgentClient
 
 
 @dataclass(frozen=True)

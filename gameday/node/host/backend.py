@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from gameday.agent.policy import NO_POLICY, Policy
-from gameday.agent.registry import PolicyRefused
 from gameday.contract.backend import FaultRequest, backend_check
-from gameday.errors import FaultRejected
+from gameday.errors import FaultRejected, PolicyRefused
 from gameday.node.host.base import HostFault
 from gameday.node.processes import SignalFault, one_scan
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gameday.contract.gpus import gpu_label
 from gameday.lab.httpjson import fetch_json
-from gameday.targets import gpu_label
 from gameday.wire.agent_client import AgentClient
 
 __all__ = ["PROBE_TIMEOUT_S", "SETTLE_DEADLINE_S", "BenchError", "Case", "Lab", "Trial",

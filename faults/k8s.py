@@ -3,7 +3,7 @@
 They go through the Kubernetes API from the orchestrator (the official client), are
 recorded in the run's ledger with ``via: kubernetes`` and their inverse, and node
 faults are also marked on the node (annotation ``gameday.dev/revert-by`` + the inverse,
-see :mod:`gameday.targets.kubernetes.marks`): while the run lives it renews the deadline like a
+see :mod:`gameday.kube.marks`): while the run lives it renews the deadline like a
 lease;
 if it dies, the agent on the node undoes the fault once the deadline passes
 (``gameday agent serve --reconcile-kubernetes``).
@@ -28,9 +28,9 @@ from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8
 from gameday.engine import session as sessions
 from gameday.errors import BlastRadiusExceeded, InvalidInput, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Intent
+from gameday.kube.marks import Mark
+from gameday.kube.nodes import NodeEditor, PodRef
 from gameday.safety.locks import target_key
-from gameday.targets.kubernetes.marks import Mark
-from gameday.targets.kubernetes.nodes import NodeEditor, PodRef
 from gameday.targets.kubernetes.target import VIA, KubernetesTarget
 
 __all__ = ["node_cordon", "node_drain", "node_taint", "pod_kill", "revert"]

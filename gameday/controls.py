@@ -32,11 +32,11 @@ import structlog
 
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals, timeouts
+from gameday.engine import timeouts
 from gameday.engine.verdict import judge
 from gameday.errors import GamedayError
 from gameday.experiment.extension import parse_extension
-from gameday.safety import targetconfig
+from gameday.safety import signals, targetconfig
 from gameday.safety.safeguards import SafeguardWatch, interrupt_main_thread
 from gameday.targets.open import open_target
 

@@ -20,7 +20,8 @@ Whatever the file says, some things are never allowed: paths under ``/proc``, ``
 ``/dev``, ``/`` itself, and the agent's state, token, audit and program directories;
 the fixed process denylist of :func:`gameday.node.processes.refusal` (which the host
 backend asks before every signal). On the host backend an agent with no policy refuses
-every target (:data:`NO_POLICY`). :func:`load_policy` refuses unknown keys.
+every target (:data:`gameday.node.host.backend.NO_POLICY`). :func:`load_policy` refuses
+unknown keys.
 """
 
 import json
@@ -38,11 +39,7 @@ from gameday.contract.backend import FaultRequest
 from gameday.errors import InvalidInput, PolicyRefused
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 
-__all__ = ["NO_POLICY", "Policy", "default_route_interfaces", "load_policy"]
-
-#: The one line a host agent without a policy answers every fault with.
-NO_POLICY: Final = ("this agent has no policy, so it refuses every target: write one "
-                    "(docs/agent-api.md, 'Policy') and start it with --policy FILE")
+__all__ = ["Policy", "default_route_interfaces", "load_policy"]
 
 _KEYS: Final = frozenset({"kinds", "paths", "processes", "interfaces", "gpu_device_settings",
                           "lease_max_s", "lifetime_max_s", "max_active", "max_processes"})

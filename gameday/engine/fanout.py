@@ -16,7 +16,7 @@ An interruption (Ctrl-C, SIGTERM, SIGHUP, an activity timeout) stops the sending
 answers of the requests already in flight are still read (signals deferred meanwhile)
 and their outcomes kept, so the caller knows what the agents did. Sending a request and
 noting it in flight, and reading an answer and keeping its outcome, each happen with
-the run's signals held back (:func:`gameday.engine.signals.held`), so Ctrl-C, SIGTERM and
+the run's signals held back (:func:`gameday.safety.signals.held`), so Ctrl-C, SIGTERM and
 SIGHUP never cut one in half; an activity timeout (SIGALRM) can.
 """
 
@@ -31,8 +31,8 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from tenacity import RetryCallState, Retrying, wait_exponential
 
-from gameday.engine import signals
 from gameday.errors import AgentError, GamedayError
+from gameday.safety import signals
 from gameday.wire.agent_client import Exchange
 from gameday.wire.protocol import MAX_BATCH_ITEMS
 

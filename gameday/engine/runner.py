@@ -29,7 +29,6 @@ import gameday
 from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.engine.verdict import Verdict, judge
@@ -37,7 +36,7 @@ from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
-from gameday.safety import targetconfig
+from gameday.safety import signals, targetconfig
 from gameday.safety.locks import target_key
 from gameday.targets.base import GpuRef, Target, run_configuration, target_settings
 from gameday.targets.open import open_target

@@ -33,13 +33,13 @@ from rich.progress import (
 )
 
 from gameday import paths
-from gameday.engine import signals
 from gameday.engine.runner import RunOptions, RunOutcome, run
 from gameday.errors import GamedayError
 from gameday.evidence.journal import write_journal
 from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
+from gameday.safety import signals
 from gameday.targets.lab import LabLease
 from gameday.words import plural
 

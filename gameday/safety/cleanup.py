@@ -205,8 +205,8 @@ class _KubernetesApi:
             self._opened = True
             from kubernetes import client
 
-            from gameday.targets.kubernetes.config import api_client, settings_from
-            from gameday.targets.kubernetes.nodes import NodeEditor
+            from gameday.kube.config import api_client, settings_from
+            from gameday.kube.nodes import NodeEditor
             from gameday.targets.kubernetes.target import KubernetesRoute
 
             try:

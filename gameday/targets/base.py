@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gameday.bounded import read_json
+from gameday.contract.gpus import gpu_label
 from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpclient import get_json
-from gameday.targets import gpu_label
 from gameday.targets.agent_tls import agent_tls_from
 from gameday.wire.agent_client import AgentClient
 

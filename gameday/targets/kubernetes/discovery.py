@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.errors import AgentError, TargetUnavailable
+from gameday.kube.config import DEFAULT_AGENT_PORT, KubeSettings
 from gameday.targets.agent_tls import AgentTLS
 from gameday.targets.base import GpuRef
-from gameday.targets.kubernetes.config import DEFAULT_AGENT_PORT, KubeSettings
 from gameday.wire.agent_client import AgentClient
 
 __all__ = ["GPU_INDEX_LABEL", "GPU_UUID_LABEL", "SHARD_LABEL", "AgentPod", "Fleet", "FleetGpu",

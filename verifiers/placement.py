@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gameday.activity import current
 from gameday.contract.gpus import gpu_label
-from gameday.engine.session import current
 from gameday.errors import GamedayError
 from gameday.httpclient import get_json
 

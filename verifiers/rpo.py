@@ -20,11 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gameday.engine.session import current
+from gameday.activity import current, fail, record
 from gameday.errors import GamedayError
 from gameday.promql import PromQL, PromQLError, Series, series_key
 from verifiers._promql import prometheus_url_of
-from verifiers._results import fail, record
 from verifiers.checkpoints import durable_at, read_log_steps
 from verifiers.redis_streams import GroupBacklog, group_backlog
 from verifiers.sli import PROGRESS_CHANNEL, progress_spec

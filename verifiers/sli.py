@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from gameday.activity import Channel, Recorder, Sampler, Transition
 from gameday.clock import Clock
-from gameday.engine.recorder import Channel, Recorder, Sampler, Transition
 from gameday.errors import GamedayError
 from gameday.httpclient import HttpRequest, send
 from gameday.promql import PromQL

@@ -71,6 +71,12 @@ class Target:
             raise TargetUnavailable(f"placement at {self.placement_url} is not a JSON object")
         return data
 
+    def lab_processes(self) -> list[dict[str, Any]]:
+        """The lab's processes (``{"name", "role", "pid", ...}``, from its discovery
+        document, read now); :class:`TargetUnavailable` when no lab runs there."""
+        processes = read_lab_document(Path(self.source)).get("processes", [])
+        return [p for p in processes if isinstance(p, dict)] if isinstance(processes, list) else []
+
     def gpus(self) -> list[GpuRef]:
         """Every GPU of every agent, from the agents' inventories."""
         found: list[GpuRef] = []

@@ -40,7 +40,7 @@ from gameday.engine import session as sessions
 from gameday.engine.recorder import Channel, Recorder, Sampler, Transition
 from gameday.engine.session import Session
 from gameday.engine.session_fanout import InjectRequest
-from gameday.engine.verdicts import VerifierResult
+from gameday.engine.verifier_result import VerifierResult
 from gameday.errors import (
     AgentError,
     BlastRadiusExceeded,

@@ -33,7 +33,7 @@ import structlog
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import timeouts
-from gameday.engine.verdict import judge
+from gameday.engine.judge import judge
 from gameday.errors import GamedayError
 from gameday.experiment.extension import parse_extension
 from gameday.safety import signals, targetconfig

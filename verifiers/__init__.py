@@ -6,7 +6,7 @@
 - ``verifiers.prediction_hash``: ``matches_golden``, ``verify_predictions``, ``save_golden``;
 - ``verifiers.reshard``: ``verify_reshard`` (self-healing re-shard off a faulted GPU).
 
-Each records a ``gameday.engine.verdicts.VerifierResult`` in the run session and signals a
+Each records a ``gameday.engine.verifier_result.VerifierResult`` in the run session and signals a
 missed objective by raising ``chaoslib.exceptions.ActivityFailed`` with one line.
 See ``docs/verifiers.md``.
 """

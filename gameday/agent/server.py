@@ -36,7 +36,6 @@ from urllib.parse import parse_qs, unquote
 import structlog
 
 from gameday.agent import openapi
-from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.audit import AuditTrail
 from gameday.agent.httphead import BadRequestHead, read_request_head
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -54,6 +53,7 @@ from gameday.agent.registry import (
     RevertFailed,
     UnknownFault,
 )
+from gameday.agent.response_head import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.tokens import TokenSet
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.contract.backend import Backend
@@ -669,7 +669,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     Of the stdlib's handler it keeps the set-up of a connection and the loop over its
     requests (``handle``); one request (:meth:`handle_one_request`) is read with
     :mod:`gameday.agent.httphead` and answered with one ``sendall`` of the head
-    (:func:`gameday.agent.answer.answer_head`) and the body, instead of the stdlib's
+    (:func:`gameday.agent.response_head.answer_head`) and the body, instead of the stdlib's
     ``send_response``/``send_header``/``end_headers`` and a buffered writer."""
 
     server: _AgentHTTPServer

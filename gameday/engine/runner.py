@@ -29,9 +29,9 @@ import gameday
 from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
+from gameday.engine.judge import Verdict, judge
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
-from gameday.engine.verdict import Verdict, judge
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub

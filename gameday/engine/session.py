@@ -25,7 +25,7 @@ from gameday.engine.session_fanout import (
     inject_requests,
     revert_entries,
 )
-from gameday.engine.verdicts import VerifierResult
+from gameday.engine.verifier_result import VerifierResult
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Intent, Ledger, new_request_ids
 from gameday.experiment.extension import Extension

@@ -40,8 +40,8 @@ from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
 from gameday.safety import signals
+from gameday.stats import plural
 from gameday.targets.lab import LabLease
-from gameday.words import plural
 
 RECORD_SUFFIX = ".playbook.json"
 EXIT_PASSED, EXIT_FAILED = 0, 1

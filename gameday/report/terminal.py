@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gameday.contract.gpus import gpu_label
 from gameday.report.timeline import verifier_phases
-from gameday.words import plural
+from gameday.stats import plural
 
 if TYPE_CHECKING:
     from rich.console import Console

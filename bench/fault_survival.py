@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from late_agent import HOLD, HoldingProxy, LateBackend, experiment
 
 from gameday.agent.server import AgentServer
 from gameday.lab import api as lab
 from gameday.wire.agent_client import AgentClient
-from tests.safety.late_agent import HoldingProxy, LateBackend, experiment
 
 REPO = Path(__file__).resolve().parents[1]
 GAMEDAY = str(Path(sys.executable).parent / "gameday")
@@ -58,9 +58,7 @@ def _experiment(path: Path, lease_s: float, gpu: tuple[str, int]) -> Path:
                 "type": "python", "module": "faults.gpu", "func": "ecc_error",
                 "arguments": {"gpu": {"node": gpu[0], "index": gpu[1]}, "kind": "single_bit",
                               "count": 1}}},
-            {"type": "probe", "name": "hold", "provider": {  # the fault is held, renewed
-                "type": "python", "module": "tests.fixtures.acts", "func": "sleep",
-                "arguments": {"seconds": 30}}}],
+            HOLD],  # the fault is held, renewed
         "rollbacks": [{"type": "action", "name": "revert", "provider": {
             "type": "python", "module": "faults.gpu", "func": "revert"}}],
     }

@@ -7,6 +7,7 @@ the placement, Prometheus); :func:`case_for` gives a fault kind's :class:`Case`,
 """
 
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faults.catalogue import CATALOGUE
 from gameday.contract.gpus import gpu_label
+from gameday.errors import GamedayError
 from gameday.lab.httpjson import fetch_json
 from gameday.wire.agent_client import AgentClient
 
@@ -137,26 +140,50 @@ class Case:
 
 # -- channels -------------------------------------------------------------------------
 
-METRICS = {"gpu.ecc": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gpu.oom": "DCGM_FI_DEV_FB_USED",
-           "gpu.xid": "DCGM_FI_DEV_XID_ERRORS", "gpu.thermal": "DCGM_FI_DEV_GPU_TEMP",
-           "gpu.fall_off_bus": "DCGM_FI_DEV_GPU_TEMP"}
-GPU_PARAMS: dict[str, dict[str, Any]] = {
-    "gpu.ecc": {"kind": "double_bit", "count": 1}, "gpu.oom": {"fraction": 0.5},
-    "gpu.xid": {"xid": 31}, "gpu.thermal": {"temperature_c": 92.0},
-    "gpu.fall_off_bus": {}}
+#: What a GPU kind's catalogue entry leaves to its caller: the one of its "give this or
+#: that" parameters, or its required one, that a trial sets. Every other parameter is
+#: the catalogue's default; a GPU kind missing here whose entry has no usable default
+#: stops the bench with the catalogue's own error, naming the parameter.
+GPU_CHOSEN: dict[str, dict[str, Any]] = {
+    "gpu.oom": {"fraction": 0.5}, "gpu.memory_leak": {"rate_fraction_per_s": 0.5},
+    "gpu.xid": {"xid": 31}}
+
+
+def gpu_metrics(kind: str) -> tuple[str, ...]:
+    """The DCGM series the catalogue says ``kind`` is seen through, in its order."""
+    return tuple(dict.fromkeys(re.findall(r"\bDCGM_FI_[A-Z0-9_]+",
+                                          CATALOGUE[kind].seen_through)))
+
+
+def gpu_params(kind: str) -> dict[str, Any]:
+    """A trial's parameters of ``kind``: the catalogue's defaults (those that are not
+    None), and ``GPU_CHOSEN``."""
+    try:
+        checked = CATALOGUE[kind].validate(GPU_CHOSEN.get(kind, {}))
+    except GamedayError as exc:
+        raise BenchError(f"{kind}: {exc} (give it in GPU_CHOSEN)") from None
+    return {name: value for name, value in checked.items() if value is not None}
 
 
 def _gpu_trial(kind: str) -> Callable[[Lab], Trial]:
-    metric = METRICS[kind]
+    metrics = gpu_metrics(kind)
+    if not metrics:
+        raise BenchError(f"{kind}: its catalogue entry names no DCGM series it is seen "
+                         f"through")
+    params = gpu_params(kind)
 
     def prepare(lab: Lab) -> Trial:
         node, gpu = lab.spare_gpu()
-        baseline = lab.series(metric, node, gpu)
-        if baseline is None:
-            raise BenchError(f"{metric} of {gpu_label(node, gpu)} is not in Prometheus")
-        return Trial(node, {"gpu": gpu}, GPU_PARAMS[kind],
-                     seen=lambda _f: lab.series(metric, node, gpu) != baseline,
-                     gone=lambda _f: lab.series(metric, node, gpu) == baseline)
+
+        def now() -> dict[str, float | None]:
+            return {metric: lab.series(metric, node, gpu) for metric in metrics}
+
+        baseline = now()
+        if all(value is None for value in baseline.values()):
+            raise BenchError(f"none of {', '.join(metrics)} of {gpu_label(node, gpu)} is "
+                             f"in Prometheus")
+        return Trial(node, {"gpu": gpu}, params, seen=lambda _f: now() != baseline,
+                     gone=lambda _f: now() == baseline)
 
     return prepare
 

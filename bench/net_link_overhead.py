@@ -10,10 +10,15 @@
    (partition, loss, latency, timeout) are therefore seen after about 100 ms at best:
    the figure includes the probe's own timeout.
 
+``--samples N`` observes each fault N times (default 5) and ``--requests N`` times N
+tunnel exchanges (default 2000) and N/10 ``/predict`` requests (a smoke run: ``--samples 1
+--requests 200``).
+
 Last line: ``net_link_overhead: tunnel_p50_ratio=… tunnel_p99_ratio=… predict_p99_ms=…
 worst_observe_ms=…`` (goals: predict p99 well under 50 ms; observed within 100 ms).
 """
 
+import argparse
 import json
 import statistics
 import tempfile
@@ -77,7 +82,7 @@ def _observe(predict: Callable[[float], tuple[object, float]], seen: Callable[[o
     return float("inf")
 
 
-def lab_figures() -> tuple[float, dict[str, float]]:
+def lab_figures(repeats: int = 5, requests: int = 200) -> tuple[float, dict[str, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "lab"
         document = lab.up(directory)
@@ -92,7 +97,7 @@ def lab_figures() -> tuple[float, dict[str, float]]:
                     status = type(exc).__name__
                 return status, time.perf_counter() - started
 
-            times = _timed(lambda: predict(5.0), 200)
+            times = _timed(lambda: predict(5.0), requests)
             print(f"/predict through links: p50 {statistics.median(times):.2f} ms "
                   f"p99 {_p99(times):.2f} ms")
             token = Path(document["token_file"]).read_text().strip()
@@ -110,21 +115,28 @@ def lab_figures() -> tuple[float, dict[str, float]]:
             observed: dict[str, float] = {}
             for kind, (node, target, params) in cases.items():
                 samples = []
-                for _ in range(5):
+                for _ in range(repeats):
                     fault = nodes[node].inject(kind, target, params, 30)
                     samples.append(_observe(predict, broken))
                     nodes[node].revert(fault["id"])
                     _observe(predict, lambda s, t: s == 200)
                 observed[kind] = statistics.median(samples)
-                print(f"{kind:16s} observed after {observed[kind]:.0f} ms (median of 5)")
+                print(f"{kind:16s} observed after {observed[kind]:.0f} ms (median of {repeats})")
         finally:
             lab.down(directory)
     return _p99(times), observed
 
 
 def main() -> None:
-    p50_ratio, p99_ratio = tunnel_ratios()
-    predict_p99, observed = lab_figures()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--samples", type=int, default=5, help="observations per fault kind")
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="tunnel exchanges (and a tenth as many /predict requests)")
+    args = parser.parse_args()
+    if args.samples < 1 or args.requests < 10:
+        parser.error("--samples must be at least 1 and --requests at least 10")
+    p50_ratio, p99_ratio = tunnel_ratios(args.requests)
+    predict_p99, observed = lab_figures(args.samples, args.requests // 10)
     worst = max(observed, key=lambda k: observed[k])
     print(f"net_link_overhead: tunnel_p50_ratio={p50_ratio:.2f} tunnel_p99_ratio={p99_ratio:.2f} "
           f"predict_p99_ms={predict_p99:.1f} worst_observe_ms={observed[worst]:.0f} "

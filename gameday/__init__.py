@@ -1,9 +1,12 @@
 """gameday: chaos engineering and resilience testing for GPU / AI infrastructure."""
 
 __version__ = "0.1.0"
-#: The container image of this version (the Dockerfile builds it; deploy/kubernetes/ and
-#: ``gameday schedule --emit cronjob`` name it).
+#: The orchestrator's container image of this version (the Dockerfile builds it;
+#: deploy/kubernetes/ and ``gameday schedule --emit cronjob`` name it).
 IMAGE = f"ghcr.io/gameday/gameday:{__version__}"
+#: The node agent's image of this version (the Dockerfile's ``agent`` stage; the DaemonSet
+#: of deploy/kubernetes/agent-daemonset.yaml names it).
+AGENT_IMAGE = f"ghcr.io/gameday/gameday-agent:{__version__}"
 
 
 def _import_structlog_without_rich() -> None:

@@ -15,7 +15,7 @@ import weakref
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DirectorySync", "create_temporary", "replace_file"]
+__all__ = ["DirectorySync", "create_temporary", "replace_file", "shareable_mode"]
 
 #: The permission bits at most that :func:`create_temporary` creates a file with.
 _CREATED_BITS: Final = 0o600
@@ -95,6 +95,21 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def shareable_mode() -> int:
+    """The mode of an output meant to be shared (a report page, a JUnit file): read and
+    write for everyone, less this process's umask, as ``open()`` would make it. Secrets
+    (keys, tokens, the agent's state) are written 0600 instead, whatever the umask."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it (and put it back)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = False,

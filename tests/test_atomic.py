@@ -2,6 +2,8 @@
 temporary name a thread keeps per path, and the directory a writer keeps open."""
 
 import os
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,23 @@ def test_a_failed_directory_fsync_opens_the_directory_again(
     replace_file(tmp_path / "f", b"three", durable=True, directory=sync)
     assert kept_fd(sync) is not None and (tmp_path / "f").read_bytes() == b"three"
     sync.close()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002, 0o027])
+def test_shared_outputs_follow_the_umask_and_secrets_do_not(tmp_path: Path, umask: int) -> None:
+    """A report page written by ``gameday report -o`` (a real CLI process started under
+    the umask) gets 0o666 less the umask, as any tool's output would; a key stays 0600."""
+    from tests.conftest import BIN, REPO, cli_env
+    from tests.report.reports_helpers import DATA
+
+    page = tmp_path / "page.html"
+    key = tmp_path / "k.key"
+    env = cli_env(tmp_path)
+    for argv in (["report", str(DATA / "flagship-journal.json"), "-o", str(page)],
+                 ["audit", "keygen", str(key)]):
+        result = subprocess.run([str(BIN / "gameday"), *argv], env=env, cwd=REPO, text=True,
+                                capture_output=True, timeout=60,
+                                preexec_fn=lambda: os.umask(umask))
+        assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(page.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600

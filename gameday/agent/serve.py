@@ -36,18 +36,20 @@ import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import structlog
 
 from gameday.agent.audit import AuditTrail
 from gameday.agent.policy import Policy, load_policy
-from gameday.agent.reconcile import reconciler_for
 from gameday.agent.server import AgentServer
 from gameday.agent.tokens import TokenSet, check_token
 from gameday.contract.backend import Backend
 from gameday.errors import GamedayError, InvalidInput
 from gameday.wire.tls import ServerTLS
+
+if TYPE_CHECKING:
+    from gameday.agent.reconcile import NodeMarkReconciler
 
 __all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "load_backend", "main", "parse_listen",
            "serve_parser"]
@@ -224,6 +226,19 @@ def _configure_logging() -> None:
         cache_logger_on_first_use=True)
 
 
+def _reconciler(node: str) -> "NodeMarkReconciler":
+    """The Kubernetes reconciler of ``node``; it needs the kubernetes extra, which an
+    agent installed without it is told to install."""
+    try:
+        from gameday.agent.reconcile import reconciler_for
+
+        return reconciler_for(node)
+    except ModuleNotFoundError as exc:
+        raise InvalidInput(f"--reconcile-kubernetes needs the Kubernetes client (no module "
+                           f"named {exc.name!r}): pip install 'gameday[agent,kubernetes]'"
+                           ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the agent (or, as ``policy --check FILE``, check a policy); returns the exit
     status (0 after a signal, 2 on bad input)."""
@@ -237,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host, port = parse_listen(args.listen)
         tls = _tls(args, host)
         backend = load_backend(args.backend, args.node)
-        reconciler = reconciler_for(args.node) if args.reconcile_kubernetes else None
+        reconciler = _reconciler(args.node) if args.reconcile_kubernetes else None
         safe_node = re.sub(r"[^A-Za-z0-9._-]", "_", args.node)
         state_path = pathlib.Path(args.state_dir) / f"agent-{safe_node}.json"
         audit_path = pathlib.Path(args.audit_log or

@@ -65,8 +65,8 @@ def check_token(token: str, where: str) -> str:
         raise InvalidInput(f"{where}: a token must be printable ASCII without spaces")
     bits = token_bits(token)
     if bits < MIN_TOKEN_BITS:
-        raise InvalidInput(f"{where}: a token of about {bits:.0f} bits is too weak (at least "
-                           f"{MIN_TOKEN_BITS}: e.g. openssl rand -hex 32)")
+        raise InvalidInput(f"{where}: a token of about {max(0.0, bits):.0f} bits is too weak "
+                           f"(at least {MIN_TOKEN_BITS}: e.g. openssl rand -hex 32)")
     return token
 
 

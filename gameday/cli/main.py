@@ -18,13 +18,18 @@ if TYPE_CHECKING:
 
 from gameday import __version__, paths
 from gameday.cli.output import add_output_argument, emit, wants_json
-from gameday.cli.parsers import command
+from gameday.cli.parsers import CommandParser, command, wants_json_argv
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
-from gameday.engine.runner import RunOptions, parse_vars, run
 from gameday.errors import GamedayError, InvalidInput
 from gameday.logs import configure as configure_logging
 from gameday.targets import TARGET_KINDS, agent_tls
+
+#: What a command of the orchestrator imports that the agent extra does not install:
+#: without them (an agent-only install) such a command says which extra to install.
+ORCHESTRATOR_MODULES = frozenset({"chaoslib", "chaostoolkit", "requests", "urllib3", "numpy",
+                                  "prometheus_api_client", "croniter", "rich", "cryptography",
+                                  "redis", "kubernetes", "tenacity"})
 
 #: The commands that only read (``audit verify`` too): they create no file anywhere
 #: but what they are told to write (``report -o``, ``coverage -o``).
@@ -32,7 +37,7 @@ READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report", "pla
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="gameday", description="Chaos engineering for GPU / AI infrastructure.",
         epilog="start here:\n  gameday init my-first.yaml && gameday validate my-first.yaml "
                "&& gameday run my-first.yaml --dry-run\n\nexit codes: 0 passed, 1 failed, "
@@ -114,8 +119,9 @@ def _parser() -> argparse.ArgumentParser:
 
     faults = command(commands, "faults", "the fault catalogue, or one kind of it",
                      "gameday faults gpu.ecc --output json")
-    faults.add_argument("kind", nargs="?", metavar="KIND",
-                        help="show only this kind (gpu.ecc, net.link_flap, ...)")
+    kind = faults.add_argument("kind", nargs="?", metavar="KIND",
+                               help="show only this kind (gpu.ecc, net.link_flap, ...)")
+    kind.complete_with = "fault-kinds"  # type: ignore[attr-defined]  # completion.py
     add_output_argument(faults)
     faults.add_argument("--json", action="store_true", help="the same as --output json")
     faults.add_argument("--markdown", action="store_true",
@@ -129,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="virtual GPUs per node, 1 to 16 (default 4)")
     up.add_argument("--shards", type=int, default=6,
                     help="model shards, one GPU each (default 6)")
+    up.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="seconds to wait for every process to be ready (default 30; a "
+                         "loaded machine may need more)")
     status = command(lab_commands, "status", "processes, endpoints, active faults",
                      "gameday lab status --output json")
     add_output_argument(status)
@@ -146,7 +155,10 @@ def _parser() -> argparse.ArgumentParser:
     agent = command(commands, "agent", "the node agent",
                     "gameday agent serve --backend virtual --listen 127.0.0.1:9410")
     agent_commands = agent.add_subparsers(dest="agent_command", required=True,
-                                          metavar="serve|policy")
+                                          metavar="init|serve|policy")
+    agent_commands.add_parser("init", help="set up a host agent in a directory: token, "
+                              "policy, TLS, systemd unit (gameday agent init --help)",
+                              add_help=False)
     agent_commands.add_parser("serve", help="serve the agent API (gameday agent serve --help)",
                               add_help=False)
     agent_commands.add_parser("policy", help="check an agent policy (--check FILE)",
@@ -160,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``run`` and ``plan`` (a plan is a dry run)."""
+    from gameday.engine.runner import RunOptions, parse_vars, run
+
     dry_run = args.command == "plan" or args.dry_run
     as_json = wants_json(args)
     options = RunOptions(path=args.experiment, target=args.target,
@@ -191,6 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from gameday.engine.runner import parse_vars
     from gameday.gamedays.validate import validate_files
 
     report = validate_files(args.experiments, target=args.target,
@@ -284,8 +299,10 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     lab_dir = (args.dir or paths.lab_dir()).absolute()
     if args.lab_command == "up":
+        if not args.timeout > 0:
+            raise InvalidInput(f"--timeout must be > 0 s, got {args.timeout:g}")
         document = lab.up(lab_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          shards=args.shards)
+                          shards=args.shards, timeout_s=args.timeout)
         print(f"lab ready in {lab_dir}: service {document['service_url']}, "
               f"prometheus {document['prometheus_url']}, placement {document['placement_url']}")
         return 0
@@ -304,8 +321,10 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         else:
             print(lab.format_status(report))
         return 0
-    lab.down(lab_dir)
-    print(f"lab in {lab_dir} stopped")
+    was_running = lab.running(lab_dir)
+    lab.down(lab_dir)  # also sweeps what a lab that died left behind
+    print(f"lab in {lab_dir} stopped" if was_running else
+          f"no lab was running in {lab_dir}; nothing left behind")
     return 0
 
 
@@ -315,11 +334,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gameday.agent.serve import main as serve_main
 
         return serve_main(arguments[2:])
+    if arguments[:2] == ["agent", "init"]:
+        from gameday.cli.agentinit import main as init_main
+
+        return init_main(arguments[2:])
     if arguments[:2] == ["agent", "policy"]:
         from gameday.agent.serve import check_policy
 
         return check_policy(arguments[2:])
     parser = _parser()
+    CommandParser.json_errors = wants_json_argv(arguments)
     args = parser.parse_args(arguments)
     if args.command is None:
         parser.print_help()
@@ -376,6 +400,12 @@ def _command(args: argparse.Namespace) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ORCHESTRATOR_MODULES:
+            raise
+        print(f"gameday: {args.command} needs the orchestrator's packages (no module named "
+              f"{exc.name!r}): pip install 'gameday[orchestrator]'", file=sys.stderr)
+        return 2
     return 2
 
 

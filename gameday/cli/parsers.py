@@ -2,7 +2,31 @@
 description, and an example at the end of its ``--help``."""
 
 import argparse
-from typing import Any
+import json
+import sys
+from typing import Any, NoReturn
+
+__all__ = ["CommandParser", "command", "wants_json_argv"]
+
+
+def wants_json_argv(argv: list[str]) -> bool:
+    """Whether a command line asks for ``--output json`` (before it is parsed)."""
+    return any(a == "--output=json" or (a == "--output" and argv[i + 1:i + 2] == ["json"])
+               for i, a in enumerate(argv))
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors, under ``--output json``, are also one JSON
+    document on stdout (``{"error", "exit_code": 2}``), as every other error is."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if CommandParser.json_errors:
+            sys.stdout.write(json.dumps({"error": f"{self.prog}: {message}", "exit_code": 2},
+                                        indent=2, sort_keys=True) + "\n")
+            sys.stdout.flush()
+        super().error(message)
 
 
 def command(commands: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:

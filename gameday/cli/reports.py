@@ -28,9 +28,14 @@ COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 
 def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fleet-gpus", type=int, metavar="N",
-                        help="fleet size to project costs onto (default 16384)")
+                        help="the training fleet the run stands for, to project its cost "
+                             "onto (default: a playbook's costs.fleet_gpus; none: no "
+                             "projection)")
     parser.add_argument("--interruptions-per-gpu-day", type=float, metavar="RATE",
                         help="interruption rate (default: Llama 3's, 419 / 54 days / 16384)")
+    parser.add_argument("--workload", choices=("training", "serving"),
+                        help="what the fleet runs (default training; serving: nothing is "
+                             "projected, the model is synchronous training's)")
 
 
 def _draw_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,21 +172,23 @@ def _fleet(args: argparse.Namespace, default: Any = None) -> Any:
     base = default or Fleet()
     gpus = getattr(args, "fleet_gpus", None)
     rate = getattr(args, "interruptions_per_gpu_day", None)
-    if gpus is None and rate is None:
+    workload = getattr(args, "workload", None)
+    if gpus is None and rate is None and workload is None:
         return base
     return Fleet(gpus=gpus or base.gpus,
                  interruptions_per_gpu_day=base.interruptions_per_gpu_day if rate is None
                  else rate,
-                 source=base.source if rate is None else "--interruptions-per-gpu-day")
+                 source=base.source if rate is None else "--interruptions-per-gpu-day",
+                 workload=workload or base.workload, stated=base.stated or gpus is not None)
 
 
 def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from gameday.atomic import replace_file
+    from gameday.atomic import replace_file, shareable_mode
 
-    replace_file(output, text.encode(), mode=0o600, durable=True)
+    replace_file(output, text.encode(), mode=shareable_mode(), durable=True)
     print(f"wrote {output}", file=sys.stderr)
 
 
@@ -318,7 +325,7 @@ def _report(args: argparse.Namespace) -> int:
     if playbook.is_playbook_record(args.journal):
         record = playbook.read_record(args.journal)
         render = playbook.render_html if args.format == "html" else playbook.render_markdown
-        text = render(record, _fleet(args))
+        text = render(record, _fleet(args, record.fleet))
         stem = args.journal.name[:-len(playbook.RECORD_SUFFIX)]
         beside = args.journal.with_name(f"{stem}.{args.format}")
     else:

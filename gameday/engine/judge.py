@@ -61,17 +61,22 @@ def _unmet_probes(state: Mapping[str, Any] | None) -> list[str]:
 
 def judge(journal: Mapping[str, Any], *, signal_exit: int | None = None,
           error: str | None = None, revert_failures: list[str] | None = None,
-          refused: str | None = None) -> Verdict:
+          refused: str | None = None, interruption: str | None = None) -> Verdict:
     """Turn a (possibly partial) toolkit journal into gameday's verdict; ``refused``
     (an agent refused a fault as invalid input, e.g. a protected process: nothing of it
-    was applied) makes it exit 2."""
+    was applied) makes it exit 2. With ``signal_exit`` the run was interrupted:
+    ``interruption`` (which signal, at which step) is its first reason, and the activity
+    the signal cut short is not counted as failed."""
     reasons: list[str] = []
+    runs = list(journal.get("run") or [])
+    if signal_exit is not None and runs and runs[-1].get("status") != "succeeded":
+        runs = runs[:-1]  # the activity the signal cut short: interrupted, not failed
     states = journal.get("steady_states") or {}
     before = states.get("before")
     if before is not None and not before.get("steady_state_met", False):
         unmet = _unmet_probes(before) or ["not met"]
         reasons.extend(f"steady state before: {line}" for line in unmet)
-    for run in journal.get("run") or []:
+    for run in runs:
         if run.get("status") == "failed":
             what = "fault action" if run.get("activity", {}).get("type") == "action" else "verifier"
             reasons.append(f"{what} '{_name(run)}' failed: {error_line(run)}")
@@ -86,7 +91,8 @@ def judge(journal: Mapping[str, Any], *, signal_exit: int | None = None,
         reasons.append(error)
     reasons.extend(f"not reverted: {line}" for line in revert_failures or [])
     if signal_exit is not None:
-        return Verdict(False, signal_exit, "interrupted", reasons)
+        first = interruption or f"interrupted (exit {signal_exit})"
+        return Verdict(False, signal_exit, "interrupted", [first, *reasons])
     if refused:
         return Verdict(False, EXIT_INVALID, "refused", [refused, *reasons])
     if journal.get("status") == "interrupted":

@@ -1,11 +1,17 @@
-"""One progress line per phase of a run, printed as the toolkit reaches it."""
+"""One progress line per phase of a run, printed as the toolkit reaches it.
 
+An activity cut short by a signal is shown as interrupted (``INTR``), not failed, and
+the printer keeps where the run was (:attr:`ProgressPrinter.where`) for the verdict.
+"""
+
+import signal
 import time
 from typing import Any, TextIO
 
 from chaoslib.run import RunEventHandler
 
 from gameday.engine.judge import error_line
+from gameday.safety import signals
 from gameday.stats import plural
 
 
@@ -16,6 +22,22 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
         self.out = out
         self.journal: dict[str, Any] | None = None
         self._t0 = time.monotonic()
+        self._phase = "before the experiment"
+        self._steps = 0
+        self._activity = ""
+        #: where the run was when a signal came (``method step 2, probe 'x'``)
+        self.where = ""
+
+    def _enter(self, phase: str) -> None:
+        self._phase, self._steps, self._activity = phase, 0, ""
+
+    def _here(self) -> str:
+        return f"{self._phase}, {self._activity}" if self._activity else self._phase
+
+    def start_activity(self, activity: dict[str, Any]) -> None:
+        self._steps += 1
+        self._activity = (f"step {self._steps}, {activity.get('type', 'activity')} "
+                          f"'{activity.get('name', '?')}'")
 
     def _say(self, text: str) -> None:
         print(f"[{time.monotonic() - self._t0:6.1f}s] {text}", file=self.out, flush=True)
@@ -25,6 +47,7 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
         self._say(f"experiment: {experiment.get('title', '')}")
 
     def start_hypothesis_before(self, experiment: dict[str, Any]) -> None:
+        self._enter("steady state before")
         self._say("steady state before ...")
 
     def hypothesis_before_completed(self, experiment: dict[str, Any], state: dict[str, Any],
@@ -32,19 +55,28 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
         self._say(f"steady state before: {'met' if state.get('steady_state_met') else 'NOT MET'}")
 
     def start_method(self, experiment: dict[str, Any]) -> None:
+        self._enter("method")
         self._say(f"method: {plural(len(experiment.get('method') or []), 'activity', 'activities')}"
                   " ...")
 
     def activity_completed(self, activity: dict[str, Any], run: dict[str, Any]) -> None:
         ok = run.get("status") == "succeeded"
+        cut = not ok and signals.STATE.received is not None
+        if cut and not self.where:
+            self.where = self._here()
         duration = run.get("duration") or 0.0
-        line = f"  {'ok  ' if ok else 'FAIL'} {activity.get('type', '')} {activity.get('name', '')}"
+        mark = "ok  " if ok else "INTR" if cut else "FAIL"
+        line = f"  {mark} {activity.get('type', '')} {activity.get('name', '')}"
         line += f" ({duration:.2f}s)"
-        if not ok:
+        if cut:
+            line += f": {self.interruption()}"
+        elif not ok:
             line += f": {error_line(run)}"
+        self._activity = ""
         self._say(line)
 
     def start_hypothesis_after(self, experiment: dict[str, Any]) -> None:
+        self._enter("steady state after")
         self._say("steady state after ...")
 
     def hypothesis_after_completed(self, experiment: dict[str, Any], state: dict[str, Any],
@@ -52,7 +84,16 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
         self._say(f"steady state after: {'met' if state.get('steady_state_met') else 'NOT MET'}")
 
     def start_rollbacks(self, experiment: dict[str, Any]) -> None:
+        self._enter("rollbacks")
         self._say("rollbacks ...")
 
+    def interruption(self) -> str:
+        """``interrupted by SIGINT during method, step 1, probe 'x'`` (the first signal)."""
+        received = signals.STATE.received
+        name = signal.Signals(received).name if received is not None else "a signal"
+        return f"interrupted by {name} during {self.where or self._here()}"
+
     def signal_exit(self) -> None:
-        self._say("interrupted: rolling back")
+        if not self.where:
+            self.where = self._here()
+        self._say(f"{self.interruption()}: rolling back")

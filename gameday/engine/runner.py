@@ -291,7 +291,9 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
     if session.breach:
         error = f"{error}; {session.breach}" if error else session.breach
     verdict = judge(journal, signal_exit=signals.STATE.exit_code, error=error,
-                    revert_failures=failures, refused=session.refused)
+                    revert_failures=failures, refused=session.refused,
+                    interruption=printer.interruption()
+                    if signals.STATE.received is not None else None)
     if verdict.status == "interrupted":
         journal["status"] = "interrupted"
     journal["gameday"] = {

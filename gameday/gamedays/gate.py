@@ -33,11 +33,11 @@ from xml.sax.saxutils import escape, quoteattr
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gameday.atomic import replace_file
+from gameday.atomic import replace_file, shareable_mode
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
 from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
-from gameday.gamedays.costs import CostProjection, project
+from gameday.gamedays.costs import CostProjection, no_projection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
 from gameday.stats import percentile, plural
@@ -195,7 +195,7 @@ def projections(playbook: Playbook, runs: Sequence[ExperimentRun]
     """
     measured = [r.summary for r in runs if r.planned.expect == "pass" and r.summary]
     rtos = [s.rto_s for s in measured if s.rto_s is not None]
-    if not rtos:
+    if not rtos or no_projection(playbook.fleet):
         return None, None
     rpo = max((s.rpo_s for s in measured if s.rpo_s is not None), default=playbook.rpo_s)
     return (project(max(rtos), rpo, playbook.fleet),
@@ -351,7 +351,7 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
         median = verdict.median_projection
         if median is not None and median.rto_s != verdict.projection.rto_s:
             lines.append(f"Median RTO: {_md(median.line())}.")
-        lines.append(f"Rate: {_md(verdict.projection.fleet.source)}.")
+        lines.append(f"{_md(verdict.projection.fleet.assumptions())}.")
     failures = verdict.failures
     if failures:
         lines += ["", f"<details><summary>{plural(len(failures), 'failing check')}</summary>", ""]
@@ -371,8 +371,9 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
 
 def write_outputs(verdict: GateVerdict, runs: Sequence[ExperimentRun], *,
                   junit: Path | None, summary: Path | None, command: str = "") -> None:
+    mode = shareable_mode()  # shared outputs follow the umask
     if junit is not None:
-        replace_file(junit, junit_xml(verdict), mode=0o600, durable=True)
+        replace_file(junit, junit_xml(verdict), mode=mode, durable=True)
     if summary is not None:
-        replace_file(summary, markdown_summary(verdict, runs, command).encode(), mode=0o600,
+        replace_file(summary, markdown_summary(verdict, runs, command).encode(), mode=mode,
                      durable=True)

@@ -104,6 +104,7 @@ class PlaybookRun:
                 "on_failure": pb.on_failure,
                 "draw": ({"mix": str(pb.draw.mix.path), "count": pb.draw.count,
                           "seed": pb.draw.seed} if pb.draw else None),
+                "fleet": pb.fleet.to_json() if pb.fleet.stated else None,
                 "runs": [r.to_json() for r in self.runs]}
 
 

@@ -45,7 +45,13 @@ from gameday.errors import InvalidInput
 from gameday.experiment.docfields import Document, join
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.experiment.loader import load_experiment
-from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, LLAMA3_SOURCE, Fleet
+from gameday.gamedays.costs import (
+    LLAMA3_RATE_PER_GPU_DAY,
+    LLAMA3_SOURCE,
+    WORKLOADS,
+    Fleet,
+    no_projection,
+)
 from gameday.gamedays.faultmix import EXPECTATIONS, FaultMix, load_mix
 from gameday.targets import TARGET_KINDS
 
@@ -245,14 +251,23 @@ def _gate(doc: Document) -> Gate:
 
 
 def _costs(doc: Document) -> tuple[Fleet, float]:
+    """The fleet the playbook says it stands for (``costs``), stated only when it gives
+    ``fleet_gpus``; ``gate.min_ettr`` needs a stated training fleet to project onto."""
     doc.mapping("costs")
-    doc.only_keys("costs", ("fleet_gpus", "interruptions_per_gpu_day", "rpo_s", "source"))
-    gpus = doc.number("costs.fleet_gpus", minimum=1, integer=True, default=Fleet().gpus)
+    doc.only_keys("costs", ("fleet_gpus", "interruptions_per_gpu_day", "rpo_s", "source",
+                            "workload"))
+    gpus = doc.number("costs.fleet_gpus", minimum=1, integer=True)
     rate = doc.number("costs.interruptions_per_gpu_day", minimum=0)
     source = doc.text("costs.source", default=None)
-    fleet = Fleet(gpus=int(gpus or 1),
+    workload = doc.choice("costs.workload", WORKLOADS, "training")
+    fleet = Fleet(gpus=int(gpus or Fleet().gpus),
                   interruptions_per_gpu_day=LLAMA3_RATE_PER_GPU_DAY if rate is None else rate,
-                  source=source or (LLAMA3_SOURCE if rate is None else "playbook costs"))
+                  source=source or (LLAMA3_SOURCE if rate is None else "playbook costs"),
+                  workload="serving" if workload == "serving" else "training",
+                  stated=gpus is not None)
+    if doc.get("gate.min_ettr") is not None and (reason := no_projection(fleet)):
+        why = reason.removeprefix("No projection: ")
+        doc.fail(f"needs a training fleet to project onto ({why})", "gate.min_ettr")
     return fleet, float(doc.number("costs.rpo_s", minimum=0, default=0.0) or 0.0)
 
 
@@ -307,11 +322,12 @@ def load_playbook(path: Path) -> Playbook:
     if not experiments and draw is None:
         doc.fail("a playbook needs experiments, a draw from a fault mix, or both",
                  "experiments")
-    fleet, rpo_s = _costs(doc)
+    gate = _gate(doc)
+    fleet, rpo_s = _costs(doc)  # after the gate: gate.min_ettr needs a fleet
     playbook = Playbook(
         path=path, title=str(doc.text("title", required=True)),
         description=str(doc.text("description", default="")), experiments=experiments,
         on_failure=doc.choice("on_failure", ON_FAILURE, "continue"), target=target, draw=draw,
-        schedule=_schedule(doc), gate=_gate(doc), fleet=fleet, rpo_s=rpo_s,
+        schedule=_schedule(doc), gate=gate, fleet=fleet, rpo_s=rpo_s,
         requirements=requirements_of(doc), variables=shared)
     return playbook

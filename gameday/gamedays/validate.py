@@ -2,10 +2,12 @@
 
 A file is recognised by its top-level keys: a playbook (``experiments`` or ``draw``), a
 target configuration (only ``allow`` and ``agents``), a coverage requirement file (only
-``coverage``, with ``title``/``description``), else an experiment. A playbook's
-experiments (listed and in its fault mix) are validated too, with the playbook's
-variables and target. Every error is one line, ``file:line: key.path: message``; the
-exit code is 2 when there is any, else 0.
+``coverage``, with ``title``/``description``), a fault mix (``categories``, with
+``title``/``description``/``source``/``window``/``notes``), else an experiment. A
+playbook's experiments (listed and in its fault mix) are validated too, with the
+playbook's variables and target, and the playbook is valid only when they all are. Every
+error is one line, ``file:line: key.path: message``; the exit code is 2 when there is any,
+else 0.
 """
 
 import os
@@ -21,6 +23,8 @@ __all__ = ["FileReport", "ValidationReport", "file_kind", "validate_files"]
 
 _TARGET_CONFIG_KEYS = frozenset({"allow", "agents"})
 _REQUIREMENT_KEYS = frozenset({"coverage", "title", "description", "version"})
+_FAULT_MIX_KEYS = frozenset({"title", "description", "source", "window", "categories",
+                             "notes"})
 
 
 @dataclass
@@ -31,9 +35,30 @@ class FileReport:
     kind: str
     errors: list[str] = field(default_factory=list)
     named_by: Path | None = None  # the playbook that names this experiment
+    #: a playbook's: how many experiments it names, how many of them have errors, and
+    #: their errors (a playbook is valid only when all it names is)
+    named: int = 0
+    named_failing: int = 0
+    named_errors: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors and not self.named_errors
+
+    def verdict(self) -> str:
+        """``valid``, or what is wrong, counted: ``3 errors``, or for a playbook whose
+        experiments fail ``invalid: 30 errors in 10 of the 21 experiments it names``."""
+        parts = [f"{len(self.errors)} error{'' if len(self.errors) == 1 else 's'}"
+                 ] if self.errors else []
+        if self.named_errors:
+            parts.append(f"{'invalid: ' if not parts else ''}{self.named_errors} "
+                         f"error{'' if self.named_errors == 1 else 's'} in "
+                         f"{self.named_failing} of the {self.named} experiment"
+                         f"{'' if self.named == 1 else 's'} it names")
+        return ", ".join(parts) or "valid"
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": str(self.path), "kind": self.kind, "valid": not self.errors,
+        return {"file": str(self.path), "kind": self.kind, "valid": self.valid,
                 "errors": self.errors,
                 "named_by": str(self.named_by) if self.named_by else None}
 
@@ -54,10 +79,8 @@ class ValidationReport:
         """One verdict line per file (the terminal's standard output)."""
         out: list[str] = []
         for report in self.files:
-            count = len(report.errors)
             named = f", named by {report.named_by}" if report.named_by else ""
-            verdict = "valid" if not count else f"{count} error{'' if count == 1 else 's'}"
-            out.append(f"{report.path}: {report.kind}{named}: {verdict}")
+            out.append(f"{report.path}: {report.kind}{named}: {report.verdict()}")
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -66,7 +89,8 @@ class ValidationReport:
 
 
 def file_kind(document: Mapping[str, Any]) -> str:
-    """``experiment``, ``playbook``, ``target configuration`` or ``requirements``."""
+    """``experiment``, ``playbook``, ``target configuration``, ``requirements`` or
+    ``fault mix``."""
     keys = set(document)
     if "method" in keys or "steady-state-hypothesis" in keys:
         return "experiment"
@@ -76,6 +100,8 @@ def file_kind(document: Mapping[str, Any]) -> str:
         return "target configuration"
     if "coverage" in keys and keys <= _REQUIREMENT_KEYS:
         return "requirements"
+    if "categories" in keys and keys <= _FAULT_MIX_KEYS:
+        return "fault mix"
     return "experiment"
 
 
@@ -111,6 +137,10 @@ def _validate(path: Path, report: ValidationReport, seen: set[tuple[Path, Path |
         from gameday.safety.targetconfig import load_target_config
 
         report.files.append(FileReport(path, kind, _first(load_target_config, path)))
+    elif kind == "fault mix":
+        from gameday.gamedays.faultmix import load_mix
+
+        report.files.append(FileReport(path, kind, _first(load_mix, path)))
     else:
         from gameday.gamedays.playbook import load_requirements
 
@@ -154,6 +184,10 @@ def _playbook(path: Path, document: Mapping[str, Any], report: ValidationReport,
         if experiment.is_file():
             _validate(experiment, report, seen, target=target, variables=values,
                       named_by=path)
+    mine = [f for f in report.files if f.named_by == path]
+    own.named = len(mine)
+    own.named_failing = sum(1 for f in mine if f.errors)
+    own.named_errors = sum(len(f.errors) for f in mine)
 
 
 def _plain(value: Any) -> dict[str, str]:

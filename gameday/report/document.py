@@ -16,7 +16,7 @@ from typing import Any
 from gameday.contract.gpus import gpu_label
 from gameday.errors import InvalidInput
 from gameday.evidence.summary import JournalSummary, read_journal
-from gameday.gamedays.costs import Fleet, project
+from gameday.gamedays.costs import Fleet, no_projection, project
 from gameday.report.svg import objectives_svg, timeline_svg
 from gameday.report.terminal import verdict_table
 from gameday.report.timeline import Timeline, build_timeline, number
@@ -79,7 +79,7 @@ def _facts(journal: dict[str, Any], summary: JournalSummary) -> list[tuple[str, 
 
 
 def _scale(summary: JournalSummary, fleet: Fleet) -> list[tuple[int, Any]]:
-    if summary.rto_s is None and summary.rpo_s is None:
+    if (summary.rto_s is None and summary.rpo_s is None) or no_projection(fleet):
         return []
     sizes = sorted(set(SCALE_FLEETS) | {fleet.gpus})
     rto, rpo = summary.rto_s or 0.0, summary.rpo_s or 0.0
@@ -161,12 +161,12 @@ def _faults_html(journal: dict[str, Any]) -> str:
 def _scale_html(summary: JournalSummary, fleet: Fleet) -> str:
     scale = _scale(summary, fleet)
     if not scale:
-        return ("<h2>What it costs at scale</h2><p class='muted'>Neither an RTO nor an RPO "
-                "was measured in this run, so there is nothing to project.</p>")
+        return (f"<h2>What it costs at scale</h2><p class='muted'>"
+                f"{_esc(_unprojected(summary, fleet))}.</p>")
     rows = [_row("fleet (GPUs)", "interruptions / day", "time lost / day", "ETTR",
                  "GPU-hours lost / day", header=True)]
     for size, projection in scale:
-        mark = " <b>(this fleet)</b>" if size == fleet.gpus else ""
+        mark = " <b>(the fleet this run stands for)</b>" if size == fleet.gpus else ""
         rows.append(_row(f"{size:,}{mark}", f"{projection.fleet.interruptions_per_day:.2f}",
                          f"{projection.lost_s_per_day:,.0f} s",
                          f"{projection.ettr:.5f}", f"{projection.gpu_hours_lost_per_day:,.1f}"))
@@ -177,8 +177,15 @@ def _scale_html(summary: JournalSummary, fleet: Fleet) -> str:
         rpo += " No RTO was measured: only the work redone is counted."
     return (f"<h2>What it costs at scale</h2><p>{_esc(headline.line())}.</p>"
             f"<table>{''.join(rows)}</table><p class='muted'>ETTR = 1 / (1 + Λ·(RTO + RPO) / "
-            f"86 400 s), Λ = interruptions per GPU-day x GPUs. Rate: "
-            f"{_esc(fleet.source)}.{rpo}</p>")
+            f"86 400 s), Λ = interruptions per GPU-day x GPUs. {_esc(fleet.assumptions())}."
+            f"{rpo}</p>")
+
+
+def _unprojected(summary: JournalSummary, fleet: Fleet) -> str:
+    """Why a run's page projects nothing."""
+    if summary.rto_s is None and summary.rpo_s is None:
+        return "Neither an RTO nor an RPO was measured in this run, so there is nothing to project"
+    return no_projection(fleet) or ""
 
 
 def _environment_html(journal: dict[str, Any], summary: JournalSummary) -> str:
@@ -227,10 +234,9 @@ def render_markdown(journal: dict[str, Any], summary: JournalSummary,
                 "|---:|---:|---:|---:|"]
         out += [f"| {s:,} | {p.fleet.interruptions_per_day:.2f} | {p.ettr:.5f} | "
                 f"{p.gpu_hours_lost_per_day:,.1f} |" for s, p in scale]
-        out += ["", f"Rate: {fleet.source}."]
+        out += ["", f"{fleet.assumptions()}."]
     else:
-        out.append("Neither an RTO nor an RPO was measured in this run, so there is nothing to "
-                   "project.")
+        out.append(_unprojected(summary, fleet) + ".")
     environment = (journal.get("gameday") or {}).get("environment") or {}
     out += ["", "## Environment", ""]
     out += [f"- {k}: `{v if k != 'argv' else ' '.join(map(str, v))}`"

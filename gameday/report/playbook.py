@@ -18,7 +18,7 @@ from typing import Any
 
 from gameday.errors import InvalidInput
 from gameday.evidence.summary import JournalSummary, read_summary
-from gameday.gamedays.costs import Fleet, project
+from gameday.gamedays.costs import Fleet, no_projection, project
 from gameday.report.document import CSP, STYLE
 from gameday.report.svg import objectives_svg
 from gameday.report.timeline import Objective
@@ -61,6 +61,8 @@ class PlaybookReport:
     exit_code: int
     draw: dict[str, Any] | None
     rows: list[Row]
+    #: the fleet the playbook said it stands for (None: it said none)
+    fleet: Fleet | None = None
 
     @property
     def passed(self) -> bool:
@@ -106,7 +108,7 @@ def read_record(path: Path) -> PlaybookReport:
                           ended_at=float(record.get("ended_at") or 0),
                           exit_code=int(record.get("exit_code") or 0),
                           draw=record.get("draw") if isinstance(record.get("draw"), dict)
-                          else None, rows=rows)
+                          else None, rows=rows, fleet=Fleet.from_json(record.get("fleet")))
 
 
 def _when(epoch: float) -> str:
@@ -135,7 +137,7 @@ def _objectives(report: PlaybookReport) -> list[Objective]:
 
 def _at_scale(report: PlaybookReport, fleet: Fleet) -> list[tuple[str, str]]:
     rtos = report.rtos()
-    if not rtos:
+    if not rtos or no_projection(fleet):
         return []
     rpo = max((r.summary.rpo_s or 0.0 for r in report.rows if r.summary), default=0.0)
     lines = []
@@ -145,7 +147,7 @@ def _at_scale(report: PlaybookReport, fleet: Fleet) -> list[tuple[str, str]]:
 
 
 def render_html(report: PlaybookReport, fleet: Fleet | None = None) -> str:
-    fleet = fleet or Fleet()
+    fleet = fleet or report.fleet or Fleet()
     esc = html.escape
     badge = ("<span class='badge ok'>PASSED</span>" if report.passed else
              "<span class='badge bad'>FAILED</span>")
@@ -166,11 +168,12 @@ def render_html(report: PlaybookReport, fleet: Fleet | None = None) -> str:
             f"<td>{'-' if not s or s.rpo_steps is None else f'{s.rpo_steps:g} steps'}</td>"
             f"<td>{link}{sha}</td></tr>")
     scale = _at_scale(report, fleet)
-    scale_html = ("" if not scale else
+    unprojected = no_projection(fleet) if report.rtos() else None
+    scale_html = (f"<h2>At scale</h2><p class='muted'>{esc(unprojected)}.</p>" if unprojected
+                  else "" if not scale else
                   "<h2>At scale</h2><table class='facts'>"
                   + "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in scale)
-                  + f"</table><p class='muted'>Fleet: {fleet.gpus:,} GPUs; "
-                    f"{esc(fleet.source)}</p>")
+                  + f"</table><p class='muted'>{esc(fleet.assumptions())}.</p>")
     return "".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">",
@@ -186,7 +189,7 @@ def render_html(report: PlaybookReport, fleet: Fleet | None = None) -> str:
 
 
 def render_markdown(report: PlaybookReport, fleet: Fleet | None = None) -> str:
-    fleet = fleet or Fleet()
+    fleet = fleet or report.fleet or Fleet()
     lines = [f"# {report.title}: {'PASSED' if report.passed else 'FAILED'}", "",
              f"Game day {_when(report.started_at)} to {_when(report.ended_at)}; playbook "
              f"`{report.playbook}`; exit {report.exit_code}.", "",
@@ -205,4 +208,7 @@ def render_markdown(report: PlaybookReport, fleet: Fleet | None = None) -> str:
     if scale:
         lines += ["", f"At scale ({fleet.gpus:,} GPUs):", ""]
         lines += [f"- {label}: {line}" for label, line in scale]
+        lines += ["", f"{fleet.assumptions()}."]
+    elif report.rtos() and (unprojected := no_projection(fleet)):
+        lines += ["", f"{unprojected}."]
     return "\n".join(lines) + "\n"

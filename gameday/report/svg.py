@@ -148,8 +148,9 @@ def _sli(line: Timeline, axis: _Axis, y0: float, h: float) -> list[str]:
     parts = [_text(LEFT - 8, up_y + 4, "up", anchor="end", size=10, fill=COLORS["ok"]),
              _text(LEFT - 8, down_y + 4, "down", anchor="end", size=10, fill=COLORS["down"])]
     if not line.sli:
-        parts.append(_text(LEFT + 8, y0 + h / 2 + 4, "no SLI was sampled in this run",
-                           size=11, fill=COLORS["axis"]))
+        said = (f"no SLI was sampled: the run was {line.interrupted}" if line.interrupted
+                else "no SLI was sampled in this run")
+        parts.append(_text(LEFT + 8, y0 + h / 2 + 4, said, size=11, fill=COLORS["axis"]))
         return parts
     points: list[str] = []
     for i, (t, ok) in enumerate(line.sli):

@@ -82,6 +82,8 @@ class Timeline:
     markers: list[Marker] = field(default_factory=list)
     objectives: list[Objective] = field(default_factory=list)
     faults_listed: int = 0
+    #: why the run stopped early (``interrupted by SIGINT during ...``), or ""
+    interrupted: str = ""
 
     @property
     def deadline(self) -> float | None:
@@ -147,6 +149,10 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
     origin = min(applied) if applied else start
     line = Timeline(origin=origin, start=start - origin, end=max(end, start) - origin,
                     slo_s=slo.get("rto_s"), faults_listed=len(faults))
+    verdict = gd.get("verdict") or {}
+    if verdict.get("status") == "interrupted":
+        line.interrupted = next((str(r) for r in verdict.get("reasons") or []
+                                 if str(r).startswith("interrupted")), "interrupted")
 
     def rel(t: float) -> float:
         return t - origin

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gameday.cli.init import TEMPLATES
-from tests.conftest import cli_env, gameday
+from tests.conftest import BIN, cli_env, gameday
 
 
 def test_list_names_every_template_and_the_default(tmp_path: Path) -> None:
@@ -77,6 +77,21 @@ def test_bash_completion_offers_commands_options_and_choices(tmp_path: Path) -> 
     assert _complete(script, "gameday", "audit", "verify", "--output", "j") == ["json"]
     (tmp_path / "exp-one.yaml").write_text("")
     assert _complete(script, "gameday", "validate", "exp-") == ["exp-one.yaml"]
+    assert _complete(script, "gameday", "faults", "gpu.e") == ["gpu.ecc"]
+    assert "net.link_flap" in _complete(script, "gameday", "faults", "")
+
+
+def test_bash_completion_registers_for_the_command_the_readme_types(tmp_path: Path) -> None:
+    """The README runs ``.venv/bin/gameday``: bash completes by the word as typed, so the
+    script registers that word too, and the program's own path."""
+    script = tmp_path / "gameday.bash"
+    script.write_text(gameday(["completion", "bash"], cli_env(tmp_path)).stdout)
+    program = (f"source {script}\ncomplete -p .venv/bin/gameday\n"
+               f"complete -p {BIN / 'gameday'}\n")
+    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", program], text=True,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("-F _gameday") == 2, done.stdout
 
 
 def test_zsh_completion_wraps_the_same_function(tmp_path: Path) -> None:

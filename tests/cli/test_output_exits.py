@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from faults.catalogue import CATALOGUE
@@ -128,3 +129,41 @@ def test_play_and_gate_write_one_json_document_and_progress_on_stderr(tmp_path: 
     assert "gate: PASSED (1 passed, 0 failed, 1 expected failure)" in result.stderr
     missing = _json(["gate", str(tmp_path / "none.yaml"), "--output", "json"], env, 2)
     assert "cannot read" in missing["error"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", "--output", "json", "--bogus", "x.yaml"],
+    ["faults", "--output=json", "gpu.ecc", "extra"],
+    ["run", "--output", "json"],  # a subcommand's missing argument
+    ["lab", "status", "--output", "json", "--nodes", "3"],
+])
+def test_usage_errors_under_output_json_are_one_json_document(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from gameday.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_code"] == 2 and document["error"].startswith("gameday")
+
+
+def test_lab_down_without_a_lab_says_so(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from gameday.cli.main import main
+
+    assert main(["lab", "down", "--dir", str(tmp_path / "no-lab")]) == 0
+    assert capsys.readouterr().out.startswith("no lab was running in ")
+
+
+def test_a_lab_that_is_not_ready_in_time_names_what_it_waited_for(tmp_path: Path) -> None:
+    """``lab up --timeout``: a real lab given half a second fails (exit 1) with one line
+    naming the process it still waited for, and leaves no process behind."""
+    from tests.conftest import lab_processes
+
+    lab_dir = tmp_path / "lab"
+    result = gameday(["lab", "up", "--dir", str(lab_dir), "--timeout", "0.5"], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert "not ready within 0.5s: waiting for " in first and "(log: " in first, first
+    assert lab_processes(lab_dir) == []

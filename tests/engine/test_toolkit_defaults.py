@@ -73,6 +73,30 @@ def test_ctrl_c_still_plays_rollbacks(tmp_path: Path, env: dict[str, str]) -> No
     assert rollback.read_text() == "ran\n"
 
 
+def test_an_interrupted_run_says_which_signal_at_which_step(tmp_path: Path,
+                                                            env: dict[str, str]) -> None:
+    """The activity a signal cuts short is shown and judged as interrupted, not failed;
+    the verdict's first reason (journal, terminal, report) names the signal and the step."""
+    marker = tmp_path / "activity"
+    path = write_experiment(tmp_path / "exp.yaml", experiment(
+        [python_activity("action", "first", "ok"),
+         python_activity("probe", "recovered-within-rto", "sleep", seconds=8,
+                         marker=str(marker))],
+        rollback_marker=tmp_path / "rollback"))
+    journal_path = tmp_path / "journal.json"
+    proc = start("gameday", ["run", str(path), "--journal-path", str(journal_path)], env)
+    wait_until(marker.with_suffix(".started").exists, 30, "the probe to start")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    where = "interrupted by SIGINT during method, step 2, probe 'recovered-within-rto'"
+    assert "INTR probe recovered-within-rto" in out and "FAIL" not in out, out
+    verdict = read_json(journal_path)["gameday"]["verdict"]
+    assert verdict["status"] == "interrupted" and verdict["reasons"] == [where]
+    page = gameday(["report", str(journal_path), "--format", "md", "-o", "-"], env).stdout
+    assert where in page
+
+
 def test_unmet_steady_state_before_fails(tmp_path: Path, env: dict[str, str]) -> None:
     """Toolkit: an unmet before-check ends 'completed', exit 0. Ours: exit 1, reason named."""
     probe = python_activity("probe", "service-healthy", "value", result=False)

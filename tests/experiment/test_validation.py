@@ -68,11 +68,8 @@ def test_shipped_experiments_validate(env: dict[str, str]) -> None:
     experiments = sorted((REPO / "experiments").glob("*.yaml"))
     assert experiments
     result = gameday(["validate", *map(str, experiments)], env)
-    # the Kubernetes experiment's service URL is the user's (its description says --var)
-    assert result.returncode == 2
-    assert {line.split(":")[1].strip() for line in result.stderr.splitlines()} == {
-        str(REPO / "experiments/k8s-drain-shard-node.yaml")}
-    assert "${service_url} is not defined" in result.stderr
+    # the Kubernetes experiment's service URL is a placeholder in its configuration
+    assert result.returncode == 0, result.stderr
     given = gameday(["validate", *map(str, experiments), "--var", "service_url=http://x:80"],
                     env)
     assert given.returncode == 0, given.stderr

@@ -31,6 +31,7 @@ import pytest
 
 from gameday.evidence.journal import write_journal
 from gameday.evidence.summary import summarize
+from gameday.gamedays.costs import Fleet
 from gameday.report.document import render_html
 from tests.conftest import cli_env, gameday
 from tests.report.reports_helpers import real_journal, varied
@@ -208,7 +209,8 @@ class _Links(HTMLParser):
 
 def test_report_renders_charts_and_fetches_nothing(tmp_path: Path, browser: _Browser) -> None:
     journal = real_journal("flagship")
-    page = render_html(journal, summarize(journal, path="flagship.json", sha256="0" * 64))
+    page = render_html(journal, summarize(journal, path="flagship.json", sha256="0" * 64),
+                       Fleet(gpus=1024, stated=True))
     report = tmp_path / "report.html"
     report.write_text(page)
 

@@ -35,7 +35,7 @@ def _run(name: str, expect: str, journal: dict[str, object] | None, tmp_path: Pa
 
 def _playbook(gate: Gate) -> Playbook:
     return Playbook(path=Path("playbooks/release-gate.yaml"), title="Release gate",
-                    description="", experiments=[], gate=gate)
+                    description="", experiments=[], gate=gate, fleet=Fleet(stated=True))
 
 
 def test_costs_formula() -> None:

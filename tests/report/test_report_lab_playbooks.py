@@ -110,5 +110,5 @@ def test_audit_run_meets_its_coverage_and_reports(tmp_path: Path, lab_env: dict[
     result = gameday(["report", str(journal), "--format", "md", "--fleet-gpus", "1024", "-o", "-"],
                      lab_env)
     assert result.returncode == 0 and "## What it costs at scale" in result.stdout
-    assert "at 1,024 GPUs" in result.stdout
+    assert "on a 1,024-GPU training job" in result.stdout
     assert active_faults(lab_dir) == []

@@ -3,8 +3,8 @@ request and reading its answer leaves nothing that ``gameday cleanup`` does not 
 
 The agents are real (real HTTP, real bearer token) on the lab's virtual GPU backend (the
 stand-in for NVML); the lateness is deterministic: a backend whose apply waits for the
-test (:class:`tests.safety.late_agent.LateBackend`), or a real TCP proxy that holds the
-request (:class:`tests.safety.late_agent.HoldingProxy`).
+test (:class:`bench.late_agent.LateBackend`), or a real TCP proxy that holds the
+request (:class:`bench.late_agent.HoldingProxy`).
 """
 
 import json
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.late_agent import HoldingProxy, LateBackend, experiment
 from gameday.agent.server import AgentServer
 from gameday.engine.session import Session
 from gameday.errors import AgentError
@@ -22,7 +23,6 @@ from gameday.evidence.ledger import open_intents
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target
 from gameday.wire.agent_client import AgentClient
-from tests.safety.late_agent import HoldingProxy, LateBackend, experiment
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday
 from tests.waiting import wait_until
 

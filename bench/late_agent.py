@@ -1,4 +1,5 @@
-"""An agent that answers late, deterministically, for the write-ahead tests and bench.
+"""An agent that answers late, deterministically, for ``bench/fault_survival.py --mode
+in-flight`` and the write-ahead tests (``tests/safety/test_safety_write_ahead.py``).
 
 :class:`LateBackend` is the lab's virtual GPU backend (the stand-in for NVML: the only
 GPUs here are virtual) whose ``apply`` blocks until the test releases it, so the real
@@ -18,7 +19,11 @@ from typing import Any
 from gameday.contract.backend import FaultRequest
 from gameday.lab.devices import VirtualGpuBackend
 
-__all__ = ["HoldingProxy", "LateBackend"]
+__all__ = ["HOLD", "HoldingProxy", "LateBackend", "experiment"]
+
+#: A probe that holds the run for 30 s (a process: nothing of the tests is imported).
+HOLD: dict[str, Any] = {"type": "probe", "name": "hold", "provider": {
+    "type": "process", "path": "sleep", "arguments": "30"}}
 
 
 class LateBackend(VirtualGpuBackend):
@@ -104,9 +109,7 @@ def experiment(path: Path, *, gpu: Mapping[str, Any], lease_s: float) -> Path:
             {"type": "action", "name": "ecc", "provider": {
                 "type": "python", "module": "faults.gpu", "func": "ecc_error",
                 "arguments": {"gpu": dict(gpu), "kind": "single_bit", "count": 1}}},
-            {"type": "probe", "name": "hold", "provider": {
-                "type": "python", "module": "tests.fixtures.acts", "func": "sleep",
-                "arguments": {"seconds": 30}}}],
+            HOLD],
     }
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path

@@ -42,8 +42,8 @@ import yaml
 from late_agent import HOLD, HoldingProxy, LateBackend, experiment
 
 from gameday.agent.server import AgentServer
-from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
+from gameday.wire.agent_client import AgentClient
 
 REPO = Path(__file__).resolve().parents[1]
 GAMEDAY = str(Path(sys.executable).parent / "gameday")

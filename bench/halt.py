@@ -53,8 +53,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from gameday.engine.agent_client import AgentClient
     from gameday.safety.halt import throw
+    from gameday.wire.agent_client import AgentClient
 
     with tempfile.TemporaryDirectory(prefix="gd-halt-bench-") as tmp:
         home = Path(tmp)

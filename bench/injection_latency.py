@@ -2,7 +2,7 @@
 
 One embedded lab (2 nodes x 4 virtual GPUs, 6 shards) for the whole bench. For every
 fault kind the lab's node agents offer (``GET /v1/inventory`` -> ``kinds``), ``--trials``
-times: inject through the node's agent (:class:`gameday.engine.agent_client.AgentClient`, the
+times: inject through the node's agent (:class:`gameday.wire.agent_client.AgentClient`, the
 lab token), then poll the fault's *channel* until the fault shows there; the figure is
 the time from the inject call returning to the poll that first shows it (confirmed by
 the next poll, so one slow request under load does not count). Then revert, wait until

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from faults.catalogue import CATALOGUE
-from gameday.engine.agent_client import AgentClient
+from gameday.contract.gpus import gpu_label
 from gameday.errors import GamedayError
 from gameday.lab.httpjson import fetch_json
-from gameday.targets import gpu_label
+from gameday.wire.agent_client import AgentClient
 
 __all__ = ["PROBE_TIMEOUT_S", "SETTLE_DEADLINE_S", "BenchError", "Case", "Lab", "Trial",
            "case_for", "proc_state", "wait"]

@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
 from gameday.lab.httpjson import ConnectionPool, JsonServer, fetch_json, json_response
 from gameday.node.tcprelay import Relay
 from gameday.stats import percentile
+from gameday.wire.agent_client import AgentClient
 
 ROW = [[(i + 1) / 16 for i in range(16)]]
 PROBE_TIMEOUT_S = 0.1

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gameday import activity
-from gameday.activity import check_nodes, pick_node
-from gameday.engine.agent_client import AgentClient
+from gameday.activity import AgentClient, check_nodes, pick_node
 from gameday.errors import InvalidInput
 
 __all__ = ["check_nodes", "inject_on_node", "inventory_of", "pick_node", "selector_mapping"]

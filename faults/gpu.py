@@ -9,7 +9,6 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._activity import failing_activity, revert_run
 from faults.kinds.gpu import (
     GPU_ECC,
     GPU_FALL_OFF_BUS,
@@ -145,12 +144,12 @@ def fall_off_bus(gpu: dict[str, Any], lease_s: float | None = None) -> dict[str,
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    return revert_run()
+    return activity.revert_all()
 
 
 def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],
                     params: dict[str, Any], lease_s: float | None) -> dict[str, Any]:
-    with failing_activity():  # many GPUs (e.g. {percent: 10}): concurrently, all or nothing
+    with activity.failing():  # many GPUs (e.g. {percent: 10}): concurrently, all or nothing
         entries = activity.inject_on_gpus(kind, selector, params=params, action=action,
                                           lease_s=lease_s)
     return {"faults": [{"id": entry.id, "gpu": f"{entry.node}/gpu{entry.target['gpu']}",

@@ -12,12 +12,12 @@ run's ledger records it so ``revert`` (and the runner, always) undoes it.
 from collections.abc import Callable
 from typing import Any
 
-from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, inventory_of, selector_mapping
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
-from gameday.engine.agent_client import AgentClient
+from gameday import activity
+from gameday.activity import AgentClient
 from gameday.errors import InvalidInput
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]
@@ -37,7 +37,7 @@ def link_flap(link: dict[str, Any] | None = None, down_s: float = 2.0, up_s: flo
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``.
     """
-    params = validated(NET_LINK_FLAP, {"down_s": down_s, "up_s": up_s, "count": count})
+    params = activity.validated(NET_LINK_FLAP, {"down_s": down_s, "up_s": up_s, "count": count})
     return _inject(NET_LINK_FLAP, "link_flap", link, params, lease_s)
 
 
@@ -54,9 +54,9 @@ def packet_loss(percent: float, link: dict[str, Any] | None = None,
     (``mechanism: netem`` uses ``tc netem`` where the kernel has it); revert removes
     exactly what was added.
     """
-    params = validated(NET_LOSS, {"percent": percent, "duration_s": duration_s, "peer": peer,
-                                  "port": port, "direction": direction,
-                                  "mechanism": mechanism})
+    params = activity.validated(NET_LOSS, {"percent": percent, "duration_s": duration_s,
+                                           "peer": peer, "port": port, "direction": direction,
+                                           "mechanism": mechanism})
     return _inject(NET_LOSS, "packet_loss", link, params, lease_s)
 
 
@@ -70,14 +70,15 @@ def partition(link: dict[str, Any] | None = None, duration_s: float | None = Non
     until it heals; then the held data flows. Host: drop rules for everything to/from
     ``peer`` and/or ``port`` (at least one, or a ``link``) in a table/chain of their own.
     """
-    params = validated(NET_PARTITION, {"duration_s": duration_s, "peer": peer, "port": port,
-                                       "direction": direction, "mechanism": mechanism})
+    params = activity.validated(NET_PARTITION, {"duration_s": duration_s, "peer": peer,
+                                                "port": port, "direction": direction,
+                                                "mechanism": mechanism})
     return _inject(NET_PARTITION, "partition", link, params, lease_s)
 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    return revert_run()
+    return activity.revert_all()
 
 
 
@@ -100,7 +101,7 @@ def _link_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[str, 
 
 def _inject(kind: FaultKind, action: str, link: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    with failing_activity():
+    with activity.failing():
         selector = selector_mapping(link, "link", _LINK_KEYS)
         return inject_on_node(kind.name, action, selector.get("node"), "link",
                               _link_target(selector), params, lease_s)

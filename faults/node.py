@@ -12,11 +12,9 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults._activity import failing_activity, revert_run, validated
 from faults.base import FaultKind
 from faults.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
 from gameday import activity
-from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
 
 __all__ = ["cpu_hog", "memory_hog", "revert"]
@@ -30,8 +28,8 @@ def cpu_hog(node: str | None = None, workers: int = 1, cpu_percent: float = 50.0
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``; ``details`` names the cgroup and the bound.
     """
-    params = validated(NODE_CPU_HOG, {"workers": workers, "cpu_percent": cpu_percent,
-                                      "duration_s": duration_s})
+    params = activity.validated(NODE_CPU_HOG, {"workers": workers, "cpu_percent": cpu_percent,
+                                               "duration_s": duration_s})
     return _inject(NODE_CPU_HOG, "cpu_hog", node, params, lease_s)
 
 
@@ -40,8 +38,8 @@ def memory_hog(node: str | None = None, memory_mib: int = 256, limit_mib: int | 
     """Hold ``memory_mib`` MiB on ``node`` for ``duration_s`` (pages touched, kept),
     in a cgroup limited to ``limit_mib`` (default ``memory_mib`` + 48): the hog can
     never take more than that."""
-    params = validated(NODE_MEMORY_HOG, {"memory_mib": memory_mib, "limit_mib": limit_mib,
-                                         "duration_s": duration_s})
+    params = activity.validated(NODE_MEMORY_HOG, {"memory_mib": memory_mib, "limit_mib": limit_mib,
+                                                  "duration_s": duration_s})
     if params["limit_mib"] is not None and params["limit_mib"] < params["memory_mib"]:
         raise ActivityFailed(f"arguments.limit_mib: must be >= memory_mib "
                              f"({params['memory_mib']}), got {params['limit_mib']}")
@@ -50,14 +48,14 @@ def memory_hog(node: str | None = None, memory_mib: int = 256, limit_mib: int | 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    return revert_run()
+    return activity.revert_all()
 
 
 
 def _inject(kind: FaultKind, action: str, node: str | None, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    session = sessions.current()
-    with failing_activity():
+    session = activity.current()
+    with activity.failing():
         target = session.require_target()
         if node is None:
             if len(target.agents) != 1:

@@ -15,19 +15,13 @@ action checks its arguments, checks ``blast_radius.max_nodes``, and
 signals through the node's agent under a lease; the ledger records it.
 """
 
-from pathlib import Path
 from typing import Any
 
-from faults._activity import failing_activity, revert_run, validated
-from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
-from faults.process_selector import FILTERS, KEYS, check_process_selector
 from gameday import activity
-from gameday.engine import session as sessions
+from gameday.activity import KubernetesTarget, Target
 from gameday.errors import AgentError, InvalidInput
-from gameday.targets.base import Target, read_lab_document
-from gameday.targets.kubernetes.target import KubernetesTarget
 
 __all__ = ["kill", "pause", "resume", "revert"]
 
@@ -41,7 +35,7 @@ def kill(process: dict[str, Any], max_processes: int = 1,
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``; ``details.processes`` lists the pids signalled.
     """
-    params = validated(PROCESS_KILL, {"max_processes": max_processes})
+    params = activity.validated(PROCESS_KILL, {"max_processes": max_processes})
     return _inject(PROCESS_KILL, "kill", process, params, lease_s)
 
 
@@ -50,20 +44,20 @@ def pause(process: dict[str, Any], duration_s: float | None = None, max_processe
     """SIGSTOP the selected process; SIGCONT it after ``duration_s`` (if given), on
     revert, or when the lease lapses. A paused server keeps its sockets open, so its
     clients hang rather than fail fast."""
-    params = validated(PROCESS_PAUSE, {"max_processes": max_processes,
-                                       "duration_s": duration_s})
+    params = activity.validated(PROCESS_PAUSE, {"max_processes": max_processes,
+                                                "duration_s": duration_s})
     return _inject(PROCESS_PAUSE, "pause", process, params, lease_s)
 
 
 def resume() -> dict[str, Any]:
     """Continue every process this run paused (revert only the ``process.pause`` faults)."""
-    with failing_activity():
-        return {"reverted": revert_kinds("process.pause")}
+    with activity.failing():
+        return {"reverted": activity.revert_kinds("process.pause")}
 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    return revert_run()
+    return activity.revert_all()
 
 
 
@@ -81,16 +75,17 @@ def _pick_node(target: Target, node: Any) -> str:
 def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
     """The node whose agent signals, and the agent-side target (with the selector's
     ``pick``, which the agent applies to what it matches)."""
-    chosen = check_process_selector(selector)
+    chosen = activity.check_process_selector(selector)
     pick = chosen.pop("pick", None)
     node, agent_target = _resolve(chosen)
     return node, agent_target if pick is None else {**agent_target, "pick": pick}
 
 
 def _resolve(chosen: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    filters = {key: chosen[key] for key in FILTERS if key in chosen}
-    which = [key for key in KEYS if key not in ("node", *FILTERS) and key in chosen]
-    target = sessions.current().require_target()
+    filters = {key: chosen[key] for key in activity.PROCESS_FILTERS if key in chosen}
+    which = [key for key in activity.PROCESS_KEYS
+             if key not in ("node", *activity.PROCESS_FILTERS) and key in chosen]
+    target = activity.current().require_target()
     if "pod" in chosen:
         return _in_container(target, chosen, which, filters)
     if filters:
@@ -108,7 +103,7 @@ def _resolve(chosen: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if target.kind != "lab":
             raise InvalidInput("role selects a lab process; on a host use pid, name or "
                                "cmdline", path="process.role")
-        processes = read_lab_document(Path(target.source)).get("processes", [])
+        processes = target.lab_processes()
         matches = [p for p in processes if chosen["role"] in (p.get("role"), p.get("name"))]
         if len(matches) != 1 or not matches[0].get("pid"):
             names = ", ".join(sorted({str(p.get("name")) for p in processes}))
@@ -122,7 +117,7 @@ def _resolve(chosen: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def _host_filters(chosen: dict[str, Any], which: list[str],
                   filters: dict[str, Any]) -> dict[str, Any]:
     """The agent target of a host selector by environment, parent or cgroup (its shape
-    checked by :func:`faults.process_selector.check_process_selector`)."""
+    checked by :func:`gameday.experiment.process_selector.check_process_selector`)."""
     return {key: chosen[key] for key in (*which, *filters)}
 
 
@@ -137,7 +132,7 @@ def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
     narrowing = _host_filters(chosen, which, filters) if which or filters else {}
     namespace = chosen["pod"].get("namespace") if isinstance(chosen["pod"], dict) else None
     if isinstance(namespace, str):  # refused before the API is asked anything
-        sessions.current().check_namespace(namespace)
+        activity.current().check_namespace(namespace)
     container = target.resolve_container(chosen["pod"], where="process.pod")
     return container.node, {**narrowing, "cgroup": container.cgroup_pattern(),
                             "pod": container.pod_label(), "container": container.container}
@@ -145,13 +140,13 @@ def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
 
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    with failing_activity():
+    with activity.failing():
         node, agent_target = resolve_process(selector)
         try:
             entry = activity.inject_on_node(kind.name, node=node, target=agent_target,
                                             params=params, action=action, lease_s=lease_s)
         except AgentError as exc:
             if exc.status == 403:  # a protected process: nothing signalled, the run exits 2
-                sessions.current().refused = f"{kind.name} refused: {exc}"
+                activity.current().refused = f"{kind.name} refused: {exc}"
             raise
     return activity.applied([entry])

@@ -10,12 +10,12 @@ of its own) and impairs what crosses it. ``node`` names the agent when several c
 from collections.abc import Callable
 from typing import Any
 
-from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, selector_mapping
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
-from gameday.engine.agent_client import AgentClient
+from gameday import activity
+from gameday.activity import AgentClient
 
 __all__ = ["latency", "revert", "timeout"]
 
@@ -34,8 +34,8 @@ def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,
     Returns ``{"faults": [{"id", "node", "target", "injected_at", "applied_at",
     "expires_at", "details"}]}``.
     """
-    params = validated(SERVICE_LATENCY, {"delay_ms": delay_ms, "jitter_ms": jitter_ms,
-                                         "percent": percent, "duration_s": duration_s})
+    params = activity.validated(SERVICE_LATENCY, {"delay_ms": delay_ms, "jitter_ms": jitter_ms,
+                                                  "percent": percent, "duration_s": duration_s})
     return _inject(SERVICE_LATENCY, "latency", service, params, lease_s)
 
 
@@ -46,14 +46,14 @@ def timeout(service: dict[str, Any] | None = None, hang_s: float = 30.0,
     failure (lab router: ``504``; host proxy: the connection is reset). Requests held
     when the fault clears are served at once.
     """
-    params = validated(SERVICE_TIMEOUT, {"hang_s": hang_s, "percent": percent,
-                                         "duration_s": duration_s})
+    params = activity.validated(SERVICE_TIMEOUT, {"hang_s": hang_s, "percent": percent,
+                                                  "duration_s": duration_s})
     return _inject(SERVICE_TIMEOUT, "timeout", service, params, lease_s)
 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    return revert_run()
+    return activity.revert_all()
 
 
 
@@ -65,7 +65,7 @@ def _service_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[st
 
 def _inject(kind: FaultKind, action: str, service: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    with failing_activity():
+    with activity.failing():
         selector = selector_mapping(service, "service", _SERVICE_KEYS)
         return inject_on_node(kind.name, action, selector.get("node"), "service",
                               _service_target(selector), params, lease_s)

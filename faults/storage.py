@@ -12,14 +12,11 @@ fault was holding.
 
 from typing import Any
 
-from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inventory_of, selector_mapping
-from faults._selective import revert_kinds
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS
 from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
 from gameday import activity
-from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
 
 __all__ = ["errors", "revert", "revert_storage", "slow", "stall"]
@@ -39,8 +36,9 @@ def stall(storage: dict[str, Any], ops: list[str] | None = None, within: str = "
     trainer's checkpoints stop landing. Returns ``{"faults": [{"id", "node", "target",
     "injected_at", "applied_at", "expires_at", "details"}]}``.
     """
-    params = validated(STORAGE_STALL, {"ops": ops, "within": within, "duration_s": duration_s,
-                                       "mechanism": mechanism})
+    params = activity.validated(STORAGE_STALL, {"ops": ops, "within": within,
+                                                "duration_s": duration_s,
+                                                "mechanism": mechanism})
     return _inject(STORAGE_STALL, "stall", storage, params, lease_s)
 
 
@@ -54,8 +52,8 @@ def errors(storage: dict[str, Any], errno: str = "EIO", percent: float = 100.0,
     retries it with back-off. ``ops: [write, create, fsync]`` with ``errno: ENOSPC`` is a
     full disk for a checkpoint writer.
     """
-    params = validated(STORAGE_ERRORS, {"errno": errno, "percent": percent, "ops": ops,
-                                        "within": within, "duration_s": duration_s})
+    params = activity.validated(STORAGE_ERRORS, {"errno": errno, "percent": percent, "ops": ops,
+                                                 "within": within, "duration_s": duration_s})
     return _inject(STORAGE_ERRORS, "errors", storage, params, lease_s)
 
 
@@ -65,20 +63,21 @@ def slow(storage: dict[str, Any], latency_ms: float, jitter_ms: float = 0.0,
     """Delay each selected operation (default all) by ``latency_ms`` plus a uniform
     random ``0..jitter_ms``. The kernel caches nothing on the fault filesystem, so every
     read and write of the application meets the delay."""
-    params = validated(STORAGE_SLOW, {"latency_ms": latency_ms, "jitter_ms": jitter_ms,
-                                      "ops": ops, "within": within, "duration_s": duration_s})
+    params = activity.validated(STORAGE_SLOW, {"latency_ms": latency_ms, "jitter_ms": jitter_ms,
+                                               "ops": ops, "within": within,
+                                               "duration_s": duration_s})
     return _inject(STORAGE_SLOW, "slow", storage, params, lease_s)
 
 
 def revert_storage() -> dict[str, Any]:
     """Revert only this run's storage faults (the stall lifts mid-method, the rest stays)."""
-    with failing_activity():
-        return {"reverted": revert_kinds("storage.")}
+    with activity.failing():
+        return {"reverted": activity.revert_kinds("storage.")}
 
 
 def revert() -> dict[str, Any]:
     """Revert every fault this run applied (idempotent); fails if any could not be reverted."""
-    return revert_run()
+    return activity.revert_all()
 
 
 
@@ -88,7 +87,7 @@ def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
     which = [key for key in _KEYS if key != "node" and key in chosen]
     if len(which) != 1:
         raise InvalidInput("give exactly one of mount, path, pid, cgroup", path="storage")
-    target = sessions.current().require_target()
+    target = activity.current().require_target()
     node = chosen.get("node")
     if node is not None and node not in target.agents:
         raise InvalidInput(f"no node {node!r} in target {target.kind} (nodes: "
@@ -121,7 +120,7 @@ def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
 
 def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
-    with failing_activity():
+    with activity.failing():
         node, agent_target = resolve_storage(selector)
         entry = activity.inject_on_node(kind.name, node=node, target=agent_target,
                                         params=params, action=action, lease_s=lease_s)

@@ -20,28 +20,79 @@ reaches the journal and the verdict table, and fails with one line::
         activity.record("example.flag_seen", True, measurement)
         return measurement
 
-The built-in ``faults`` and ``verifiers`` use these same functions. docs/extending.md
-walks through a complete example.
+The built-in ``faults`` and ``verifiers`` use these same functions, and reach the engine
+through this module only (a rule ``tests/test_architecture.py`` keeps): the run
+(:func:`session`, :func:`current`, :func:`target`), failing with one line, verifier
+results, faults on nodes and GPUs, reverting some or all of them, Kubernetes-level
+faults, and the types these hand out (a recorder and its channels for SLIs, an agent
+client, the targets). docs/extending.md walks through a complete example.
 """
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import structlog
 from chaoslib.exceptions import ActivityFailed
 
+from gameday.engine import kubernetes_faults
 from gameday.engine import session as sessions
+from gameday.engine.recorder import Channel, Recorder, Sampler, Transition, in_flight_for
 from gameday.engine.session import Session
 from gameday.engine.session_fanout import InjectRequest
-from gameday.engine.verdicts import VerifierResult
-from gameday.errors import BlastRadiusExceeded, GamedayError, InvalidInput
+from gameday.engine.verifier_result import VerifierResult
+from gameday.errors import (
+    AgentError,
+    BlastRadiusExceeded,
+    GamedayError,
+    InvalidInput,
+    TargetUnavailable,
+    one_line,
+)
 from gameday.evidence.ledger import FaultEntry
+from gameday.experiment.process_selector import FILTERS as PROCESS_FILTERS
+from gameday.experiment.process_selector import KEYS as PROCESS_KEYS
+from gameday.experiment.process_selector import check_process_selector
 from gameday.targets.base import Target
+from gameday.targets.kubernetes.target import KubernetesTarget
+from gameday.wire.agent_client import AgentClient
 
-__all__ = ["ActivityFailed", "FaultEntry", "NotInRun", "Session", "VerifierResult", "applied",
-           "check_nodes", "fail", "failing", "inject_on_gpus", "inject_on_node", "one_line",
-           "pick_node", "record", "revert_all", "session", "target"]
+__all__ = [
+    "PROCESS_FILTERS",
+    "PROCESS_KEYS",
+    "ActivityFailed",
+    "AgentClient",
+    "Channel",
+    "FaultEntry",
+    "KubernetesTarget",
+    "NotInRun",
+    "Recorder",
+    "Sampler",
+    "Session",
+    "Target",
+    "Transition",
+    "VerifierResult",
+    "applied",
+    "check_nodes",
+    "check_process_selector",
+    "current",
+    "drain_nodes",
+    "fail",
+    "failing",
+    "in_flight_for",
+    "inject_on_gpus",
+    "inject_on_node",
+    "kill_pods",
+    "mark_nodes",
+    "one_line",
+    "pick_node",
+    "record",
+    "revert_all",
+    "revert_kinds",
+    "session",
+    "target",
+    "validated",
+]
 
 log = structlog.get_logger("gameday.activity")
 
@@ -64,6 +115,13 @@ def session() -> Session:
     return found
 
 
+def current() -> Session:
+    """The session of the experiment running now, or outside a run a bare one (no
+    target, no journal reads it): what a verifier records into, so that it also works as
+    a plain function (and under ``chaos run`` without the control)."""
+    return sessions.current()
+
+
 def target() -> Target:
     """The run's target (its agents, service, Prometheus and placement URLs);
     :class:`NotInRun` outside a run, :class:`gameday.errors.TargetUnavailable` in a run
@@ -73,12 +131,6 @@ def target() -> Target:
 
 # -- failing with one line ---------------------------------------------------------------
 
-def one_line(text: str, limit: int = 400) -> str:
-    """``text`` on one line, shortened to ``limit`` characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 @contextmanager
 def failing() -> Iterator[None]:
     """Turn a :class:`GamedayError` raised in the block into the toolkit's
@@ -87,6 +139,19 @@ def failing() -> Iterator[None]:
         yield
     except GamedayError as exc:
         raise ActivityFailed(str(exc)) from None
+
+
+class Validates(Protocol):
+    """A fault kind as :func:`validated` needs it: its ``validate`` checks an action's
+    arguments (filling in defaults) and raises :class:`GamedayError` naming what is wrong."""
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+def validated(kind: Validates, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``kind``'s parameters checked (defaults filled in), or ``ActivityFailed``."""
+    with failing():
+        return kind.validate(dict(arguments))
 
 
 # -- verifier results --------------------------------------------------------------------
@@ -184,6 +249,30 @@ def applied(entries: Sequence[FaultEntry]) -> dict[str, Any]:
                        for entry in entries]}
 
 
+def revert_kinds(prefix: str, reason: str = "rollback") -> int:
+    """Revert every active fault of the run whose kind starts with ``prefix`` (for an
+    activity such as ``faults.storage.revert`` that lifts its own faults mid-method);
+    return how many. Raises :class:`GamedayError` (one line naming each failure) when any
+    could not be reverted."""
+    run = sessions.current()
+    failures, done = [], 0
+    for entry in run.ledger.active():
+        if not entry.kind.startswith(prefix):
+            continue
+        try:
+            fault = run.require_target().agent(entry.node).revert(entry.id)
+            reverted_at = float(fault.get("reverted_at") or run.clock.now())
+            run.ledger.record_reverted(entry.id, reverted_at,
+                                       str(fault.get("revert_reason") or reason))
+            run.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
+            done += 1
+        except (AgentError, TargetUnavailable) as exc:
+            failures.append(f"{entry.kind} {entry.id} on {entry.node}: {exc}")
+    if failures:
+        raise GamedayError("could not revert: " + "; ".join(failures))
+    return done
+
+
 def revert_all() -> dict[str, Any]:
     """Revert every fault the run applied (idempotent): ``{"reverted": N}`` (0 outside a
     run), or ``ActivityFailed`` naming each fault that could not be reverted."""
@@ -193,3 +282,34 @@ def revert_all() -> dict[str, Any]:
     if failures:
         raise ActivityFailed("could not revert: " + "; ".join(failures))
     return {"reverted": before}
+
+
+# -- Kubernetes-level faults (through the API, from the orchestrator) -------------------
+
+def mark_nodes(kind: str, action: str, node: Mapping[str, Any], params: Mapping[str, Any],
+               lease_s: float | None = None, *,
+               taint: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Cordon (``taint`` None) or taint the nodes the selector ``node`` picks
+    (``params["count"]`` of them) on the run's Kubernetes target, after the allowlist and
+    the blast radius, each intended in the ledger and marked on its node so that its
+    agent undoes it if the run dies; ``[{"id", "node", "revert_by"}]``.
+
+    Raises :class:`GamedayError` subclasses (wrap the call in :func:`failing`)."""
+    return kubernetes_faults.mark_nodes(sessions.current(), kind, action, node, params, lease_s,
+                                        taint=taint)
+
+
+def drain_nodes(nodes: list[str], *, attempts: int,
+                interval_s: float) -> tuple[list[str], dict[str, str]]:
+    """Evict every pod but DaemonSet and mirror pods from ``nodes`` (cordoned first, with
+    :func:`mark_nodes`), never forced: the pods evicted and those a PodDisruptionBudget
+    kept, with why."""
+    return kubernetes_faults.drain_nodes(sessions.current(), nodes, attempts=attempts,
+                                         interval_s=interval_s)
+
+
+def kill_pods(kind: str, params: Mapping[str, Any], lease_s: float | None = None) -> list[str]:
+    """Delete the Running pods ``params`` picks (``namespace``, ``label_selector`` or
+    ``name``, ``node``, ``count`` drawn with ``seed``, ``grace_period_s``) after the
+    namespace allowlist, each recorded as reverted at once (no inverse); the pods killed."""
+    return kubernetes_faults.kill_pods(sessions.current(), kind, params, lease_s)

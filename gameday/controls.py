@@ -32,11 +32,11 @@ import structlog
 
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals, stops, timeouts
-from gameday.engine.verdict import judge
+from gameday.engine import stops, timeouts
+from gameday.engine.judge import judge
 from gameday.errors import GamedayError
 from gameday.experiment.extension import parse_extension
-from gameday.safety import targetconfig
+from gameday.safety import signals, targetconfig
 from gameday.safety.safeguards import SafeguardWatch, interrupt_main_thread
 from gameday.safety.stop_conditions import StopConditionWatch
 from gameday.targets.open import open_target

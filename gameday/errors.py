@@ -58,7 +58,8 @@ class FaultRejected(GamedayError):
 
 
 class PolicyRefused(FaultRejected):
-    """The agent's policy does not allow this fault, target or lease (``403``)."""
+    """An agent's policy does not allow this fault, target or lease (``403``); raised by
+    the agent's registry and by the backends that enforce the policy."""
 
 
 class ProtectedTarget(FaultRejected):

@@ -1,9 +1,10 @@
-"""Percentiles of measured values (RTOs, latencies), one definition for every report."""
+"""Figures for people, one definition for every report and line: percentiles of measured
+values (RTOs, latencies) and counts in words (``1 probe``, ``2 probes``)."""
 
 import math
 from collections.abc import Iterable
 
-__all__ = ["percentile"]
+__all__ = ["percentile", "plural"]
 
 
 def percentile(values: Iterable[float], q: float, *, nearest_rank: bool = False) -> float:
@@ -25,3 +26,9 @@ def percentile(values: Iterable[float], q: float, *, nearest_rank: bool = False)
     low = int(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``count`` and ``word``, in the plural (``many``, else ``word`` + ``s``) unless
+    ``count`` is 1."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"

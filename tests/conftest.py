@@ -58,7 +58,7 @@ def chaos(args: list[str], env: dict[str, str], timeout: float = 120,
 def gameday_signals() -> Iterator[None]:
     """gameday's SIGINT/SIGTERM/SIGHUP handlers (as ``gameday run`` installs them) for
     one test, pytest's put back after it."""
-    from gameday.engine import signals
+    from gameday.safety import signals
     previous = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
     signals.reset()
     signals.install()

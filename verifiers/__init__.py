@@ -8,7 +8,7 @@
 - ``verifiers.replacement``: ``verify_replacement`` (self-healing as any controller does
   it: the faulted replica, pod or process replaced by a new healthy one).
 
-Each records a ``gameday.engine.verdicts.VerifierResult`` in the run session and signals a
+Each records a ``gameday.engine.verifier_result.VerifierResult`` in the run session and signals a
 missed objective by raising ``chaoslib.exceptions.ActivityFailed`` with one line.
 See ``docs/verifiers.md``.
 """

@@ -1,6 +1,6 @@
 """Which Prometheus a verifier queries."""
 
-from gameday.engine.session import current
+from gameday.activity import current
 from gameday.promql import PromQLError
 
 __all__ = ["prometheus_url_of"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gameday.engine.session import Session
+from gameday.activity import Session
 from gameday.errors import GamedayError, one_line
 from gameday.promql import PromQL
 from verifiers._promql import prometheus_url_of

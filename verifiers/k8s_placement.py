@@ -161,7 +161,7 @@ def kubernetes_source(spec: Mapping[str, Any]) -> KubernetesPlacementSource:
                              f"(known: {', '.join(_KEYS)})")
     from kubernetes import client
 
-    from gameday.targets.kubernetes.config import api_client, settings_from
+    from gameday.kube.config import api_client, settings_from
 
     settings = settings_from({key: spec[key] for key in
                               ("k8s_api_url", "k8s_api_token", "kubeconfig", "k8s_context")

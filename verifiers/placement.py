@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gameday.engine.session import current
+from gameday.activity import current
+from gameday.contract.gpus import gpu_label
 from gameday.errors import GamedayError
 from gameday.httpclient import get_json
-from gameday.targets import gpu_label
 
 __all__ = ["GpuState", "HttpPlacementSource", "LabPlacementSource", "Placement",
            "PlacementError", "PlacementEvent", "PlacementSource", "ShardPlacement",

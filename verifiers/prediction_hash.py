@@ -16,12 +16,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gameday.activity import current, fail, record
 from gameday.atomic import replace_file
 from gameday.bounded import read_json
-from gameday.engine.session import current
 from gameday.errors import GamedayError, one_line
 from gameday.httpclient import HttpRequest, send
-from verifiers._results import fail, record
 from verifiers.canonical import OutputsError, as_array, digest, first_difference
 from verifiers.inputs import inputs_key, resolve_inputs
 from verifiers.templates import DEFAULT_TEMPLATE, render, select

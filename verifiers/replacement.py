@@ -12,9 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gameday.engine.session import current
+from gameday.activity import current, fail, record
 from gameday.errors import GamedayError
-from verifiers._results import fail, record
 from verifiers.units import Unit, UnitSnapshot, unit_source
 
 __all__ = ["Instant", "ReplacementCheck", "verify_replacement"]

@@ -9,10 +9,9 @@ the last shard off a faulted GPU) from the event log.
 from dataclasses import dataclass, field
 from typing import Any
 
+from gameday.activity import current, fail, record
 from gameday.clock import Clock
-from gameday.engine.session import current
 from gameday.errors import GamedayError
-from verifiers._results import fail, record
 from verifiers.detection import detection_signal
 from verifiers.placement import (
     Placement,

@@ -20,12 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gameday.engine.session import current
+from gameday.activity import current, fail, record
 from gameday.errors import GamedayError
 from gameday.integrations.progress import PATTERNS as INTEGRATION_PATTERNS
 from gameday.promql import PromQL, PromQLError, Series, series_key
 from verifiers._promql import prometheus_url_of
-from verifiers._results import fail, record
 from verifiers.checkpoints import Checkpoint, StoreHistory
 from verifiers.joblog import read_log_lines
 from verifiers.redis_streams import GroupBacklog, group_backlog

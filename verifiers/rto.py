@@ -16,11 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gameday.activity import Recorder, current, fail, record
 from gameday.clock import Clock
-from gameday.engine.recorder import Recorder
-from gameday.engine.session import current
 from gameday.errors import GamedayError, one_line
-from verifiers._results import fail, record
 from verifiers.detection import DetectionSignal, detection_signal
 from verifiers.sli import recorder_for
 

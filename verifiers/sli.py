@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from gameday.activity import Channel, Recorder, Sampler, Transition, in_flight_for
 from gameday.clock import Clock
-from gameday.engine.recorder import Channel, Recorder, Sampler, Transition, in_flight_for
 from gameday.errors import GamedayError
 from gameday.httpclient import HttpRequest, send
 from gameday.promql import PromQL

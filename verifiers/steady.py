@@ -8,12 +8,11 @@ what missed and by how much. Both record their measurement in the run session.
 import math
 from typing import Any
 
-from gameday.engine.session import current
+from gameday.activity import current, fail, record
 from gameday.errors import GamedayError, one_line
 from gameday.httpclient import send
 from gameday.promql import PromQL, PromQLError
 from gameday.stats import percentile
-from verifiers._results import fail, record
 from verifiers.inputs import build_request
 
 __all__ = ["http_latency_ok", "prometheus_query_ok"]

@@ -31,9 +31,9 @@ from typing import Any, Protocol
 import jmespath
 from jmespath.exceptions import JMESPathError
 
+from gameday.activity import one_line
 from gameday.errors import GamedayError
 from gameday.httpclient import get_json
-from verifiers._results import one_line
 
 __all__ = ["MAPPINGS", "HttpUnitSource", "KubernetesUnitSource", "Unit", "UnitMapping",
            "UnitSnapshot", "UnitSource", "UnitsError", "unit_source"]
@@ -275,7 +275,7 @@ def _kubernetes(spec: Mapping[str, Any], mapping: UnitMapping, what: str) -> Uni
                              "ReplicaSet's label selector, e.g. app=web)")
     from kubernetes import client
 
-    from gameday.targets.kubernetes.config import api_client, settings_from
+    from gameday.kube.config import api_client, settings_from
 
     settings = settings_from({key: spec[key] for key in
                               ("k8s_api_url", "k8s_api_token", "kubeconfig", "k8s_context")

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gameday.agent.protocol import MINIMAL_FIELDS, REVERT_REASONS, Outcome, RevertReason
 from gameday.contract.backend import FaultRequest
 from gameday.errors import AgentError
+from gameday.wire.protocol import MINIMAL_FIELDS, REVERT_REASONS, Outcome, RevertReason
 
 __all__ = ["Fault", "new_fault_ids", "new_faults", "plain_details"]
 
@@ -83,7 +83,7 @@ class Fault:
 
     def minimal(self, outcome: Outcome) -> dict[str, Any]:
         """What a minimal answer (``Prefer: return=minimal``) shows of the fault after
-        ``outcome``: the fields of :data:`~gameday.agent.protocol.MINIMAL_FIELDS`."""
+        ``outcome``: the fields of :data:`~gameday.wire.protocol.MINIMAL_FIELDS`."""
         whole = self.to_json()
         return {name: whole[name] for name in MINIMAL_FIELDS[outcome]}
 

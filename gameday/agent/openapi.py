@@ -3,12 +3,12 @@
 The same document drives the agent's API fuzz test (``tests/safety``), which generates
 requests from it, valid and invalid, and checks that the agent never answers 5xx and
 never leaves a fault applied that it did not acknowledge. Keep it in step with
-``docs/agent-api.md`` and :mod:`gameday.agent.protocol`.
+``docs/agent-api.md`` and :mod:`gameday.wire.protocol`.
 """
 
 from typing import Any
 
-from gameday.agent.protocol import (
+from gameday.wire.protocol import (
     LEASE_MAX_S,
     LEASE_MIN_S,
     MAX_BATCH_BODY_BYTES,

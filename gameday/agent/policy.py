@@ -23,7 +23,7 @@ Whatever the file says, some things are never allowed: paths under ``/proc``, ``
 directory it reads or writes at run time, its interpreter and its code); the fixed
 process denylist of :func:`gameday.node.processes.refusal` (which the host backend asks
 before every signal). On the host backend an agent with no policy refuses every target
-(:data:`NO_POLICY`). :func:`load_policy` refuses unknown keys.
+(:data:`gameday.node.host.backend.NO_POLICY`). :func:`load_policy` refuses unknown keys.
 
 Every check is made on the object a fault acts on, as the host's handlers resolve it:
 a process by its thread group (:meth:`Policy.process_guard`), every process of a cgroup
@@ -43,17 +43,12 @@ from typing import Any, Final
 
 import yaml
 
-from gameday.agent.registry import Limits, PolicyRefused
+from gameday.agent.registry import Limits
 from gameday.contract.backend import FaultRequest
-from gameday.errors import InvalidInput, first_line
+from gameday.errors import InvalidInput, PolicyRefused, first_line
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 
-__all__ = ["NO_POLICY", "Policy", "default_route_interfaces", "load_policy",
-           "namespace_interfaces"]
-
-#: The one line a host agent without a policy answers every fault with.
-NO_POLICY: Final = ("this agent has no policy, so it refuses every target: write one "
-                    "(docs/agent-api.md, 'Policy') and start it with --policy FILE")
+__all__ = ["Policy", "default_route_interfaces", "load_policy", "namespace_interfaces"]
 
 _KEYS: Final = frozenset({"kinds", "paths", "processes", "interfaces", "gpu_device_settings",
                           "lease_max_s", "lifetime_max_s", "max_active", "max_processes"})

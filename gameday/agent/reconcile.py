@@ -2,7 +2,7 @@
 
 Kubernetes-level faults (cordon, drain, taint) are applied by the orchestrator through
 the API and marked on the node (``gameday.dev/revert-by`` + the inverse, see
-:mod:`gameday.targets.kubernetes.marks`). While the orchestrator lives it keeps moving the deadline.
+:mod:`gameday.kube.marks`). While the orchestrator lives it keeps moving the deadline.
 If it dies, nobody would uncordon the node, so every agent runs this loop for its own
 node: every ``interval_s`` it reads the node (one ``GET``) and, for every mark whose
 ``revert_by`` has passed, applies the inverse and drops the mark, in one patch made
@@ -15,7 +15,7 @@ once :meth:`NodeMarkReconciler.watch_lever` gave it the agent's lever.
 Run it with ``gameday agent serve --reconcile-kubernetes --node $(NODE_NAME)`` (the
 DaemonSet in ``deploy/kubernetes/`` does); the agent's ServiceAccount needs ``get`` and
 ``patch`` on nodes, and ``get`` on the ConfigMap ``gameday-halt`` of its namespace. API
-settings as in :mod:`gameday.targets.kubernetes.config` (in a pod: in-cluster).
+settings as in :mod:`gameday.kube.config` (in a pod: in-cluster).
 """
 
 import os
@@ -29,8 +29,8 @@ from gameday.agent.halt_watch import FleetLeverWatch
 from gameday.agent.lever import Lever
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import GamedayError, InvalidInput
-from gameday.targets.kubernetes.marks import Mark
-from gameday.targets.kubernetes.nodes import NodeEditor
+from gameday.kube.marks import Mark
+from gameday.kube.nodes import NodeEditor
 
 __all__ = ["INTERVAL_ENV", "NodeMarkReconciler", "reconciler_for"]
 
@@ -105,12 +105,12 @@ class NodeMarkReconciler:
 
 def reconciler_for(node: str, configuration: dict[str, Any] | None = None, *,
                    interval_s: float | None = None) -> NodeMarkReconciler:
-    """A reconciler for ``node`` with the API client of :mod:`gameday.targets.kubernetes.config`;
+    """A reconciler for ``node`` with the API client of :mod:`gameday.kube.config`;
     its
     period is ``interval_s``, else ``$GAMEDAY_K8S_RECONCILE_S``, else 5 s."""
     from kubernetes import client
 
-    from gameday.targets.kubernetes.config import api_client, settings_from
+    from gameday.kube.config import api_client, settings_from
 
     if interval_s is None:
         raw = os.environ.get(INTERVAL_ENV, "5")

@@ -34,7 +34,6 @@ import structlog
 from gameday.agent.conflicts import TargetIndex, first_holder
 from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import REVERT_REASONS, RevertReason, check_lease
 from gameday.agent.state import StateFile
 from gameday.agent.statewriter import StateWriter
 from gameday.clock import SYSTEM_CLOCK, Clock
@@ -48,6 +47,7 @@ from gameday.errors import (
     first_line,
 )
 from gameday.logs import writes_info
+from gameday.wire.protocol import REVERT_REASONS, RevertReason, check_lease
 
 __all__ = [
     "AgentClosing",
@@ -58,7 +58,6 @@ __all__ = [
     "FaultRegistry",
     "LimitReached",
     "Limits",
-    "PolicyRefused",
     "RequestResolved",
     "Resolution",
     "RevertFailed",

@@ -12,7 +12,7 @@ its audit file, as ``logrotate`` expects).
 
 The tokens come from ``--token-file`` (one a line, re-read when the file changes; the
 file must be mode 0600) or else ``$GAMEDAY_AGENT_TOKEN``; a weak token (under 256 bits,
-:mod:`gameday.agent.tokens`) is refused. A non-loopback ``--listen`` needs TLS
+:mod:`gameday.wire.tokens`) is refused. A non-loopback ``--listen`` needs TLS
 (``--tls-cert``/``--tls-key``; ``--tls-client-ca`` for mutual TLS) unless
 ``--insecure-plaintext`` says otherwise. ``--policy`` is enforced by the agent
 (:mod:`gameday.agent.policy`; the host backend refuses every target without one).
@@ -28,7 +28,6 @@ one line on stderr and exit 2.
 import argparse
 import contextlib
 import importlib
-import ipaddress
 import os
 import pathlib
 import re
@@ -45,10 +44,11 @@ import structlog
 from gameday.agent.audit import AuditTrail
 from gameday.agent.policy import Policy, load_policy
 from gameday.agent.server import AgentServer
-from gameday.agent.tls import ServerTLS
-from gameday.agent.tokens import TokenSet, check_token
 from gameday.contract.backend import Backend
 from gameday.errors import GamedayError, InvalidInput
+from gameday.wire.listen import is_loopback, parse_listen
+from gameday.wire.tls import ServerTLS
+from gameday.wire.tokens import TokenSet, check_token
 
 if TYPE_CHECKING:
     from gameday.agent.reconcile import NodeMarkReconciler
@@ -100,15 +100,6 @@ def load_backend(spec: str, node: str) -> Backend:
     return cast(Backend, backend)
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:7777`` for IPv6; an empty host means all interfaces)."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
-        raise InvalidInput(f"--listen {value!r} must be HOST:PORT, e.g. 127.0.0.1:7777")
-    host = host.strip("[]") if host.startswith("[") else host
-    return host or "0.0.0.0", int(port_text)
-
-
 def _read_tokens(token_file: str | None) -> TokenSet:
     if token_file is not None:
         return TokenSet(path=pathlib.Path(token_file))
@@ -116,15 +107,6 @@ def _read_tokens(token_file: str | None) -> TokenSet:
     if not token:
         raise InvalidInput(f"no agent token: pass --token-file F or set {TOKEN_ENV}")
     return TokenSet([check_token(token, f"${TOKEN_ENV}")])
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _tls(args: argparse.Namespace, host: str) -> ServerTLS | None:
@@ -135,7 +117,7 @@ def _tls(args: argparse.Namespace, host: str) -> ServerTLS | None:
         return ServerTLS(pathlib.Path(args.tls_cert), pathlib.Path(args.tls_key), ca)
     if args.tls_client_ca:
         raise InvalidInput("--tls-client-ca needs --tls-cert and --tls-key")
-    if not _loopback(host) and not args.insecure_plaintext:
+    if not is_loopback(host) and not args.insecure_plaintext:
         raise InvalidInput(f"--listen {args.listen} is not loopback: give --tls-cert and "
                            f"--tls-key (and --tls-client-ca), or --insecure-plaintext")
     return None

@@ -12,7 +12,7 @@ arrive within the request deadline (:data:`REQUEST_DEADLINE_S`, or the server's 
 from its accept, so a silent connection is closed then, and each later request's head
 and body within it from its first byte; the lease reaper is a thread of its own that no
 request holds up. Requests are framed by h11 (:mod:`gameday.agent.framing`). With
-:class:`gameday.agent.tls.ServerTLS` it speaks TLS 1.3 only (mutual TLS when the TLS
+:class:`gameday.wire.tls.ServerTLS` it speaks TLS 1.3 only (mutual TLS when the TLS
 has a client CA); with an :class:`gameday.agent.audit.AuditTrail` every request that
 may change something is recorded before the agent acts on it, and every request when
 it is answered.
@@ -38,14 +38,37 @@ from urllib.parse import parse_qs, unquote
 import structlog
 
 from gameday.agent import openapi
-from gameday.agent.answer import CONTINUE, SERVER, HttpDate, answer_head
 from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase
 from gameday.agent.audited import AuditedBackend
 from gameday.agent.framing import FramingError, RequestReader
 from gameday.agent.lever import Halted, Lever, halt_path, parse_engage
 from gameday.agent.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import (
+from gameday.agent.registry import (
+    AgentClosing,
+    BatchRejected,
+    Fault,
+    FaultConflict,
+    FaultGone,
+    FaultRegistry,
+    LimitReached,
+    Limits,
+    RequestResolved,
+    RevertFailed,
+    UnknownFault,
+)
+from gameday.agent.response_head import CONTINUE, SERVER, HttpDate, answer_head
+from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.contract.backend import Backend
+from gameday.errors import (
+    FaultRejected,
+    GamedayError,
+    InvalidInput,
+    PolicyRefused,
+    ProtectedTarget,
+    first_line,
+)
+from gameday.wire.protocol import (
     MAX_BATCH_BODY_BYTES,
     MAX_BODY_BYTES,
     PREFER_MINIMAL,
@@ -60,25 +83,8 @@ from gameday.agent.protocol import (
     parse_resolve,
     prefers_minimal,
 )
-from gameday.agent.registry import (
-    AgentClosing,
-    BatchRejected,
-    Fault,
-    FaultConflict,
-    FaultGone,
-    FaultRegistry,
-    LimitReached,
-    Limits,
-    PolicyRefused,
-    RequestResolved,
-    RevertFailed,
-    UnknownFault,
-)
-from gameday.agent.tls import ServerTLS, peer_identity
-from gameday.agent.tokens import TokenSet
-from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.contract.backend import Backend
-from gameday.errors import FaultRejected, GamedayError, InvalidInput, ProtectedTarget, first_line
+from gameday.wire.tls import ServerTLS, peer_identity
+from gameday.wire.tokens import TokenSet
 
 __all__ = ["AgentServer"]
 
@@ -727,7 +733,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
     Of the stdlib's handler it keeps the set-up of a connection and the loop over its
     requests (``handle``); one request (:meth:`handle_one_request`) is read with
     h11 (:mod:`gameday.agent.framing`) and answered with one ``sendall`` of the head
-    (:func:`gameday.agent.answer.answer_head`) and the body, instead of the stdlib's
+    (:func:`gameday.agent.response_head.answer_head`) and the body, instead of the stdlib's
     ``send_response``/``send_header``/``end_headers`` and a buffered writer."""
 
     server: _AgentHTTPServer

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gameday.errors import GamedayError, InvalidInput
+from gameday.wire.listen import is_loopback, parse_listen
 
 __all__ = ["KIND_GROUPS", "AgentSetup", "init_parser", "main", "write_setup"]
 
@@ -98,10 +99,8 @@ def _known_kinds() -> frozenset[str]:
 
 def _check_setup(setup: AgentSetup) -> None:
     """One-line :class:`InvalidInput` for anything the agent would refuse to serve."""
-    from gameday.agent.serve import parse_listen
-
     host, _ = parse_listen(setup.listen)
-    if not setup.tls and not _loopback(host):
+    if not setup.tls and not is_loopback(host):
         raise InvalidInput(f"--listen {setup.listen} is not loopback: add --tls (the agent "
                            f"serves a network address only over TLS)")
     unknown = sorted(set(setup.kinds) - _known_kinds())
@@ -122,15 +121,6 @@ def _check_setup(setup: AgentSetup) -> None:
             compile_cmdline(pattern)
         except Exception as exc:
             raise InvalidInput(f"--allow-process {pattern!r}: {exc}") from None
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _yaml_list(items: Sequence[str]) -> str:
@@ -355,7 +345,7 @@ def _check_policy_text(setup: AgentSetup, text: str) -> None:
     import tempfile
 
     from gameday.agent.policy import load_policy
-    from gameday.agent.registry import PolicyRefused
+    from gameday.errors import PolicyRefused
 
     with tempfile.TemporaryDirectory() as scratch:
         draft = Path(scratch) / "policy.yml"

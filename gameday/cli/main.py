@@ -210,7 +210,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from gameday.engine.runner import parse_vars
-    from gameday.experiment.validate import validate_files
+    from gameday.gamedays.validate import validate_files
 
     report = validate_files(args.experiments, target=args.target,
                             variables=parse_vars(args.var))

@@ -20,8 +20,8 @@ from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.parsers import command
 from gameday.cli.results import add_arguments as add_result_arguments
 from gameday.cli.results import publisher
+from gameday.stats import plural
 from gameday.targets import agent_tls
-from gameday.words import plural
 
 COMMANDS = ("play", "gate", "schedule", "coverage", "report")
 

@@ -1,1 +1,1 @@
-"""Running one experiment: the runner, its session, fan-out, leases, signals, timeouts, verdicts."""
+"""Running one experiment: the runner, its session, fan-out, leases, timeouts, the judge."""

@@ -5,7 +5,7 @@ fault fan-out over it, the session's, is :mod:`gameday.engine.session_fanout`). 
 node's jobs go in batches of at most 1,024 (``MAX_BATCH_ITEMS``, docs/agent-api.md), one
 after the other per node; up to ``concurrency`` nodes have a request in flight at once.
 It all runs on the calling thread, without a thread per agent: each request is sent on
-its agent's kept-alive connection (:class:`gameday.engine.agent_client.Exchange`) and
+its agent's kept-alive connection (:class:`gameday.wire.agent_client.Exchange`) and
 each answer is read when its socket becomes readable (``selectors``). A job whose value
 is a failure that may pass (agent unreachable, no answer within the client's timeout,
 ``5xx``, ``429``) is tried again, with the others of its node that failed so, after an
@@ -16,7 +16,7 @@ An interruption (Ctrl-C, SIGTERM, SIGHUP, an activity timeout) stops the sending
 answers of the requests already in flight are still read (signals deferred meanwhile)
 and their outcomes kept, so the caller knows what the agents did. Sending a request and
 noting it in flight, and reading an answer and keeping its outcome, each happen with
-the run's signals held back (:func:`gameday.engine.signals.held`), so Ctrl-C, SIGTERM and
+the run's signals held back (:func:`gameday.safety.signals.held`), so Ctrl-C, SIGTERM and
 SIGHUP never cut one in half; an activity timeout (SIGALRM) can.
 """
 
@@ -31,10 +31,10 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from tenacity import RetryCallState, Retrying, wait_exponential
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS
-from gameday.engine import signals
-from gameday.engine.agent_client import Exchange
 from gameday.errors import AgentError, GamedayError
+from gameday.safety import signals
+from gameday.wire.agent_client import Exchange
+from gameday.wire.protocol import MAX_BATCH_ITEMS
 
 __all__ = ["BatchCall", "FanoutOptions", "Outcome", "Then", "Waiting", "fan_out", "transient"]
 

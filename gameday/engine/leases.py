@@ -13,11 +13,11 @@ from typing import Protocol
 
 import structlog
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.engine.agent_client import AgentClient, AgentHalted, LeaseLost
 from gameday.errors import AgentError, GamedayError
 from gameday.evidence.ledger import FaultEntry, Ledger
+from gameday.wire.agent_client import AgentClient, AgentHalted, LeaseLost
+from gameday.wire.protocol import MAX_BATCH_ITEMS
 
 log = structlog.get_logger("gameday.engine.leases")
 

@@ -10,9 +10,9 @@ from typing import Any, TextIO
 
 from chaoslib.run import RunEventHandler
 
-from gameday.engine import signals
-from gameday.engine.verdict import error_line
-from gameday.words import plural
+from gameday.engine.judge import error_line
+from gameday.safety import signals
+from gameday.stats import plural
 
 
 class ProgressPrinter(RunEventHandler):  # type: ignore[misc]

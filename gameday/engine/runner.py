@@ -31,16 +31,16 @@ import gameday
 from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine import signals, stops
+from gameday.engine import stops
+from gameday.engine.judge import Verdict, judge
 from gameday.engine.plan import loaded_configuration
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
-from gameday.engine.verdict import Verdict, judge
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
-from gameday.safety import targetconfig
+from gameday.safety import signals, targetconfig
 from gameday.safety.halt import refuse_if_halted
 from gameday.safety.locks import target_key
 from gameday.safety.stop_conditions import StopOnSpec

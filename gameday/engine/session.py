@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine import stops
 from gameday.engine.leases import FaultRoute, LeaseRenewer
@@ -27,7 +26,7 @@ from gameday.engine.session_fanout import (
     inject_requests,
     revert_entries,
 )
-from gameday.engine.verdicts import VerifierResult
+from gameday.engine.verifier_result import VerifierResult
 from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Intent, Ledger, new_request_ids
 from gameday.experiment.extension import Extension
@@ -35,6 +34,7 @@ from gameday.safety.alertmanager import SilenceHold
 from gameday.safety.locks import TargetLocks, target_key
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target
+from gameday.wire.protocol import MAX_BATCH_ITEMS
 
 log = structlog.get_logger("gameday.engine.session")
 

@@ -35,14 +35,14 @@ from typing import Any, Protocol
 import structlog
 
 from gameday.clock import Clock
-from gameday.engine import signals
-from gameday.engine.agent_client import BatchFailed, BatchResult
+from gameday.contract.gpus import gpu_label
 from gameday.engine.fanout import FanoutOptions, Outcome, Then, Waiting, fan_out, transient
 from gameday.errors import AgentError, GamedayError, first_line
 from gameday.evidence.ledger import FaultEntry, Ledger
+from gameday.safety import signals
 from gameday.safety.locks import TargetLocked
-from gameday.targets import gpu_label
 from gameday.targets.base import GpuRef, Target
+from gameday.wire.agent_client import BatchFailed, BatchResult
 
 __all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "FaultSession", "InjectRequest",
            "NotApplied", "TargetResult", "inject_gpus", "inject_requests", "revert_entries"]

@@ -13,7 +13,7 @@ import threading
 from types import FrameType
 from typing import Final
 
-from gameday.engine import signals
+from gameday.safety import signals
 
 __all__ = ["STOP_SIGNAL", "RunStopped", "install", "pending", "request", "reset"]
 

@@ -25,7 +25,7 @@ from gameday.bounded import MAX_JSON_BYTES, read_limited
 from gameday.errors import InvalidInput
 from gameday.evidence import signing
 from gameday.evidence.journal import CHAIN_FILE
-from gameday.words import plural
+from gameday.stats import plural
 
 MAX_JOURNALS = 1_000_000
 

@@ -1,1 +1,2 @@
-"""Experiments as documents: loading, validation, the ``gameday`` extension, typed field access."""
+"""Experiments as documents: loading, the ``gameday`` extension (its silence too), typed field
+access."""

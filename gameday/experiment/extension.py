@@ -8,8 +8,8 @@ from typing import Any
 
 from gameday.errors import InvalidInput
 from gameday.experiment import keys
-from gameday.safety.alertmanager import SilenceSpec, silence_spec
-from gameday.safety.stop_conditions import StopOnSpec, stop_on_spec
+from gameday.experiment.silence import SilenceSpec, silence_spec
+from gameday.experiment.stop_on import StopOnSpec, stop_on_spec
 from gameday.targets import TARGET_KINDS
 
 #: The targets an experiment may name (every kind but ``none``).

@@ -22,11 +22,11 @@ from chaoslib import substitute
 
 from faults.base import FaultKind
 from faults.catalogue import SELECTOR_KEYS, SELECTOR_TYPES, by_activity
-from faults.process_selector import check_process_selector
 from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limited
 from gameday.errors import InvalidInput, first_line
 from gameday.experiment.extension import Extension, parse_extension
 from gameday.experiment.keys import did_you_mean, unknown_key, unknown_keys
+from gameday.experiment.process_selector import check_process_selector
 from gameday.experiment.variables import annotated_types, configuration_values, type_arguments
 
 MAX_BYTES = MAX_YAML_BYTES

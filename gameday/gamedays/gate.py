@@ -40,8 +40,7 @@ from gameday.evidence.summary import JournalSummary, is_journal_file, read_summa
 from gameday.gamedays.costs import CostProjection, no_projection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
-from gameday.stats import percentile
-from gameday.words import plural
+from gameday.stats import percentile, plural
 
 
 @dataclass

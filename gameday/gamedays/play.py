@@ -33,16 +33,17 @@ from rich.progress import (
 )
 
 from gameday import paths
-from gameday.engine import signals, stops
+from gameday.engine import stops
 from gameday.engine.runner import RunOptions, RunOutcome, run
 from gameday.errors import GamedayError
 from gameday.evidence.journal import write_journal
 from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import PlannedExperiment, Playbook
+from gameday.safety import signals
 from gameday.safety.halt import FleetHalted
+from gameday.stats import plural
 from gameday.targets.lab import LabLease
-from gameday.words import plural
 
 RECORD_SUFFIX = ".playbook.json"
 EXIT_PASSED, EXIT_FAILED = 0, 1

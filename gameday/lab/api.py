@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.contract.gpus import gpu_label
 from gameday.errors import AgentError, LabError, LabSettingError
 from gameday.lab.files import read_json
 from gameday.lab.hostfaults import remove_lab_cgroups
@@ -25,7 +26,6 @@ from gameday.lab.httpjson import fetch_json
 from gameday.lab.layout import LabPaths, Shape
 from gameday.lab.proc import group_members, pid_alive, process_cmdline
 from gameday.lab.storage import unmount_leftovers
-from gameday.targets import gpu_label
 
 __all__ = ["default_lab_dir", "down", "format_status", "status", "up"]
 
@@ -288,7 +288,7 @@ def _healthy(proc: dict[str, Any]) -> bool:
 
 
 def _agent_faults(url: str, token: str) -> tuple[list[dict[str, Any]], str | None]:
-    from gameday.engine.agent_client import AgentClient
+    from gameday.wire.agent_client import AgentClient
 
     try:
         with AgentClient(url, token, timeout_s=2.0) as client:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from gameday.contract.gpus import gpu_label
 from gameday.lab.files import read_json, write_atomic
-from gameday.targets import gpu_label
 
 __all__ = [
     "CLOCK_EVENT_HW_THERMAL",

@@ -25,11 +25,11 @@ from typing import Any, Literal
 import structlog
 
 from gameday.clock import Clock
+from gameday.contract.gpus import gpu_label
 from gameday.lab.alerts import Alert
 from gameday.lab.launcher import ShardHandle, ShardLauncher
 from gameday.lab.placement import GpuKey, GpuSlot, choose_gpu
 from gameday.lab.routes import Route
-from gameday.targets import gpu_label
 
 __all__ = ["Healer", "HealerMetrics", "ShardStatus", "StartReason"]
 

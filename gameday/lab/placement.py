@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gameday.targets import gpu_label
+from gameday.contract.gpus import gpu_label
 
 __all__ = ["GpuKey", "GpuSlot", "choose_gpu", "initial_placement"]
 

@@ -24,6 +24,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gameday.contract.gpus import gpu_label
 from gameday.lab.httpjson import (
     ConnectionPool,
     JsonServer,
@@ -40,7 +41,6 @@ from gameday.lab.model import Array, ModelSpec, combine, load_bias, load_spec
 from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
 from gameday.lab.routes import Route, RouteTable, routes_from_json
 from gameday.lab.servicefaults import RouterFaults
-from gameday.targets import gpu_label
 
 __all__ = ["Router", "main"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gameday.targets import gpu_label
+from gameday.contract.gpus import gpu_label
 
 __all__ = ["Route", "RouteTable", "routes_from_json"]
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from gameday.contract.gpus import gpu_label
 from gameday.lab.files import write_json_atomic
 from gameday.lab.gpustate import SM_CLOCK_MHZ, GpuState, GpuStateWatcher, node_state_path
 from gameday.lab.httpjson import (
@@ -49,7 +50,6 @@ from gameday.lab.layout import LabPaths
 from gameday.lab.logs import configure_logging
 from gameday.lab.model import ShardWeights, load_shard, load_spec
 from gameday.lab.proc import lab_parser, stop_on_signals, tie_to_parent
-from gameday.targets import gpu_label
 
 __all__ = ["ShardOutOfMemory", "ShardServer", "gpu_fault", "main", "out_of_memory",
            "throttle_delay_s"]

@@ -13,13 +13,13 @@ import html
 from pathlib import Path
 from typing import Any
 
+from gameday.contract.gpus import gpu_label
 from gameday.errors import InvalidInput
 from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.gamedays.costs import Fleet, no_projection, project
 from gameday.report.svg import objectives_svg, timeline_svg
 from gameday.report.terminal import verdict_table
 from gameday.report.timeline import Timeline, build_timeline, number
-from gameday.targets import gpu_label
 
 FORMATS = ("html", "md")
 SCALE_FLEETS = (1_024, 16_384, 131_072)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gameday.contract.gpus import gpu_label
 from gameday.report.timeline import verifier_phases
-from gameday.targets import gpu_label
-from gameday.words import plural
+from gameday.stats import plural
 
 if TYPE_CHECKING:
     from rich.console import Console

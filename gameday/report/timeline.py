@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gameday.targets import gpu_label
+from gameday.contract.gpus import gpu_label
 
 
 @dataclass(frozen=True)

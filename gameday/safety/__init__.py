@@ -1,1 +1,2 @@
-"""What keeps a run inside its bounds: target locks, safeguards, target configuration, cleanup."""
+"""What keeps a run inside its bounds: signals that roll back, target locks, safeguards, target
+configuration, Alertmanager silences, cleanup."""

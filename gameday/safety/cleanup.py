@@ -58,9 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, GamedayError, ObservabilityError, first_line
 from gameday.evidence.ledger import (
     FaultEntry,
@@ -74,6 +72,8 @@ from gameday.safety.locks import runs_holding_locks
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.agent_tls import agent_tls_from
 from gameday.targets.base import read_lab_document
+from gameday.wire.agent_client import AgentClient
+from gameday.wire.protocol import MAX_BATCH_ITEMS
 
 #: Agent answers that mean "not the agent that holds this fault" (besides no answer).
 _UNREACHABLE_STATUSES = (None, 401, 403)
@@ -205,8 +205,8 @@ class _KubernetesApi:
             self._opened = True
             from kubernetes import client
 
-            from gameday.targets.kubernetes.config import api_client, settings_from
-            from gameday.targets.kubernetes.nodes import NodeEditor
+            from gameday.kube.config import api_client, settings_from
+            from gameday.kube.nodes import NodeEditor
             from gameday.targets.kubernetes.target import KubernetesRoute
 
             try:

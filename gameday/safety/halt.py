@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gameday import paths
-from gameday.engine.agent_client import AgentClient, AgentHalted
 from gameday.errors import AgentError, GamedayError, InvalidInput
 from gameday.safety import targetconfig
 from gameday.safety.cleanup import known_agents
+from gameday.wire.agent_client import AgentClient, AgentHalted
 
 __all__ = ["MAX_PARALLEL", "AgentLever", "FleetHalted", "each_agent", "halted_lines",
            "refuse_if_halted", "throw", "uses_kubernetes", "who"]

@@ -17,7 +17,6 @@ Bodies over :data:`MAX_BODY_BYTES` are refused.
 """
 
 import argparse
-import ipaddress
 import json
 import pathlib
 import signal
@@ -30,10 +29,11 @@ from typing import Any, Final
 
 import structlog
 
-from gameday.agent.tls import ServerTLS, peer_identity
-from gameday.agent.tokens import TokenSet
 from gameday.errors import GamedayError, InvalidInput
 from gameday.safety.halt import throw, uses_kubernetes
+from gameday.wire.listen import is_loopback, parse_listen
+from gameday.wire.tls import ServerTLS, peer_identity
+from gameday.wire.tokens import TokenSet
 
 __all__ = ["MAX_BODY_BYTES", "HaltWebhook", "reason_of", "serve_from_arguments"]
 
@@ -182,17 +182,8 @@ def _handler(hook: HaltWebhook) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve_from_arguments(args: argparse.Namespace) -> int:
     """``gameday halt --serve-webhook ADDR``: serve until SIGINT/SIGTERM; exit code."""
-    from gameday.agent.serve import parse_listen
-
     host, port = parse_listen(args.serve_webhook)
     tls = None
     if args.tls_cert or args.tls_key:
@@ -202,7 +193,7 @@ def serve_from_arguments(args: argparse.Namespace) -> int:
                         pathlib.Path(args.tls_client_ca) if args.tls_client_ca else None)
     elif args.tls_client_ca:
         raise InvalidInput("--tls-client-ca needs --tls-cert and --tls-key")
-    elif not _loopback(host) and not args.insecure_plaintext:
+    elif not is_loopback(host) and not args.insecure_plaintext:
         raise InvalidInput(f"--serve-webhook {args.serve_webhook} is not loopback: give "
                            "--tls-cert and --tls-key, or --insecure-plaintext")
     tokens = TokenSet(path=pathlib.Path(args.token_file)) if args.token_file else None

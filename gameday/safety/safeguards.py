@@ -32,11 +32,11 @@ from typing import Any
 import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.engine import signals
 from gameday.errors import GamedayError
 from gameday.experiment.extension import SafeguardSpec
 from gameday.httpclient import HttpRequest, send
 from gameday.promql import PromQL, PromQLError
+from gameday.safety import signals
 
 log = structlog.get_logger("gameday.safety.safeguards")
 

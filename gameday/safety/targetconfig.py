@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import read_document
 from gameday.targets.agent_tls import AgentTLS, agent_tls_from
+from gameday.wire.agent_client import AgentClient
 
 ENV = "GAMEDAY_TARGET_CONFIG"
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from gameday.agent.tls import client_context
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
+from gameday.wire.tls import client_context
 
 __all__ = ["ENVIRONMENT", "AgentTLS", "add_arguments", "agent_tls_from", "apply_arguments"]
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from gameday.bounded import read_json
-from gameday.engine.agent_client import AgentClient
+from gameday.contract.gpus import gpu_label
 from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpclient import get_json
-from gameday.targets import gpu_label
 from gameday.targets.agent_tls import agent_tls_from
+from gameday.wire.agent_client import AgentClient
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,12 @@ class Target:
         if not isinstance(data, dict):
             raise TargetUnavailable(f"placement at {self.placement_url} is not a JSON object")
         return data
+
+    def lab_processes(self) -> list[dict[str, Any]]:
+        """The lab's processes (``{"name", "role", "pid", ...}``, from its discovery
+        document, read now); :class:`TargetUnavailable` when no lab runs there."""
+        processes = read_lab_document(Path(self.source)).get("processes", [])
+        return [p for p in processes if isinstance(p, dict)] if isinstance(processes, list) else []
 
     def gpus(self) -> list[GpuRef]:
         """Every GPU of every agent, from the agents' inventories."""

@@ -31,10 +31,11 @@ from typing import Any
 from gameday.agent.server import AgentServer
 from gameday.clock import FakeClock
 from gameday.contract.backend import Backend
-from gameday.engine import runner, signals
-from gameday.engine.agent_client import AgentClient
+from gameday.engine import runner
 from gameday.errors import GamedayError
 from gameday.lab.devices import VirtualGpuBackend
+from gameday.safety import signals
+from gameday.wire.agent_client import AgentClient
 
 __all__ = ["ExperimentRun", "FakeClock", "RunningAgent", "agent", "run_experiment"]
 

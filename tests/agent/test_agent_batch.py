@@ -15,21 +15,21 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.protocol import (
-    MAX_BATCH_BODY_BYTES,
-    MAX_BATCH_ITEMS,
-    MINIMAL_FIELDS,
-    prefers_minimal,
-)
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import AgentServer
 from gameday.agent.state import StateFile
 from gameday.clock import FakeClock
 from gameday.contract.backend import FaultRequest
-from gameday.engine.agent_client import AgentClient, BatchFailed, LeaseLost
 from gameday.engine.leases import LeaseRenewer
 from gameday.errors import AgentError
 from gameday.evidence.ledger import FaultEntry, Ledger
+from gameday.wire.agent_client import AgentClient, BatchFailed, LeaseLost
+from gameday.wire.protocol import (
+    MAX_BATCH_BODY_BYTES,
+    MAX_BATCH_ITEMS,
+    MINIMAL_FIELDS,
+    prefers_minimal,
+)
 from tests.agent.agent_marker import KIND, MarkerBackend
 from tests.agent.test_agent_http import raw
 

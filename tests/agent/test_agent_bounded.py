@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS
 from gameday.agent.server import AgentServer
 from gameday.contract.backend import FaultRequest
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError
 from gameday.node.host.fusefs import FaultFsLayers
 from gameday.node.host.storage import FuseStorageFault
 from gameday.node.processes import MAX_PATTERN_CHARS, NO_ALLOWED_MATCH
+from gameday.wire.agent_client import AgentClient
+from gameday.wire.protocol import MAX_BATCH_ITEMS
 from tests.agent.agent_marker import KIND, MarkerBackend, kill, read_url, run_agent
 from tests.waiting import wait_until
 

@@ -20,12 +20,12 @@ from gameday.agent.policy import load_policy
 from gameday.agent.registry import Limits
 from gameday.agent.server import AgentServer
 from gameday.contract.backend import FaultRequest
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, FaultRejected
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.nodebackend import NodeBackend
 from gameday.node.host.backend import host_backend
 from gameday.node.processes import NO_ALLOWED_MATCH, process_state
+from gameday.wire.agent_client import AgentClient
 from tests.node.net_support import netns_pair, sh
 
 TOKEN = "5e3a9c1b7d2f48e6a0c4b8d2f6e0a4c8b2d6f0e4a8c2b6d0f4e8a2c6b0d4f8e2"

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import MINIMAL_FIELDS, REVERT_REASONS
 from gameday.agent.registry import FaultRegistry
 from gameday.agent.server import _fault_reply, _faults_reply
 from gameday.clock import FakeClock
 from gameday.contract.backend import FaultRequest
 from gameday.lab.devices import VirtualGpuBackend
+from gameday.wire.protocol import MINIMAL_FIELDS, REVERT_REASONS
 from tests.agent.agent_marker import KIND, MarkerBackend
 
 plain = st.recursive(

@@ -7,11 +7,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gameday.agent.metrics import AgentMetrics
-from gameday.agent.protocol import parse_inject
 from gameday.agent.registry import FaultRegistry
 from gameday.clock import FakeClock
 from gameday.contract.backend import FaultRequest
 from gameday.errors import InvalidInput
+from gameday.wire.protocol import parse_inject
 from tests.agent.agent_marker import KIND, MarkerBackend
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from gameday.agent.protocol import MAX_BODY_BYTES
 from gameday.agent.server import AgentServer
-from gameday.engine.agent_client import AgentClient, LeaseLost
 from gameday.errors import AgentError
+from gameday.wire.agent_client import AgentClient, LeaseLost
+from gameday.wire.protocol import MAX_BODY_BYTES
 from tests.agent.agent_marker import KIND, MarkerBackend
 from tests.waiting import wait_until
 

@@ -1,5 +1,5 @@
 """The agent's reading of request heads (h11, gameday/agent/framing.py) and its own
-writing of answer heads (gameday/agent/answer.py), over a real socket with hand-written
+writing of answer heads (gameday/agent/response_head.py), over a real socket with hand-written
 bytes:
 keep-alive as HTTP/1.x says, a head read the same whether it came in one piece or in
 many, the exact status line and fields of answers, and a malformed head answered with a

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from gameday.agent.serve import load_backend, parse_listen
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import InvalidInput
+from gameday.wire.agent_client import AgentClient
 from tests.agent.agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
 
 TOKEN = "42" + "0123456789abcdef" * 4  # strong: 66 hex digits

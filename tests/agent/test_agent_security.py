@@ -19,10 +19,10 @@ from cryptography import x509
 from gameday.agent.audit import AuditTrail
 from gameday.agent.registry import Limits
 from gameday.agent.server import AgentServer
-from gameday.agent.tls import ServerTLS, client_context
-from gameday.agent.tokens import TokenSet, check_token, token_bits
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, InvalidInput
+from gameday.wire.agent_client import AgentClient
+from gameday.wire.tls import ServerTLS, client_context
+from gameday.wire.tokens import TokenSet, check_token, token_bits
 from tests.agent.agent_marker import KIND, REPO, MarkerBackend
 from tests.agent.pki import Pki
 from tests.waiting import wait_until

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gameday.engine.agent_client import MAX_ANSWER_BYTES, AgentClient
 from gameday.errors import AgentError
+from gameday.wire.agent_client import MAX_ANSWER_BYTES, AgentClient
 from tests.loopback import serving
 
 

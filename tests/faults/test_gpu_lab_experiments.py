@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
 from gameday.lab.httpjson import fetch_json
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab

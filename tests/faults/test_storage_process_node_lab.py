@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gameday.engine.agent_client import AgentClient
 from gameday.lab import api as lab
 from gameday.node.faultfs.mount import fuse_mounts
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import cli_env, gameday, read_json
 from tests.node.storage_support import PREFIX, PREFIX_ENV, our_cgroups, our_processes
 

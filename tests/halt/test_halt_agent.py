@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient, AgentHalted
 from gameday.errors import AgentError
+from gameday.wire.agent_client import AgentClient, AgentHalted
 from tests.agent.agent_marker import KIND, agent_env, kill, read_url, run_agent
 
 TOKEN = "42" + "0123456789abcdef" * 4

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gameday.engine.agent_client import AgentClient, AgentHalted
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import parse_extension
 from gameday.safety.alertmanager import parse_matcher
 from gameday.safety.stop_conditions import AlertRule, firing, matches
+from gameday.wire.agent_client import AgentClient, AgentHalted
 from tests.conftest import python_activity, write_experiment
 from tests.report.observability_helpers import Daemon
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, virtual_agents

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gameday.engine.agent_client import AgentClient, AgentHalted
 from gameday.errors import AgentError
+from gameday.wire.agent_client import AgentClient, AgentHalted
 from tests.safety.safety_helpers import TOKEN, env_for, gameday, virtual_agents
 from tests.verifiers.verifier_helpers import free_port
 

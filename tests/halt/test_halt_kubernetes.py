@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient, AgentHalted
 from gameday.testing.kube import KubeStandin, running_standin
+from gameday.wire.agent_client import AgentClient, AgentHalted
 from tests.agent.agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
 
 TOKEN = "42" + "0123456789abcdef" * 4

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 
 LEASE_S = 3.0  # renewed every lease/3 = 1 s: the run sees the lever at the next renewal

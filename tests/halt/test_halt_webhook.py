@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from gameday.agent.tls import ServerTLS, client_context
-from gameday.agent.tokens import TokenSet
 from gameday.errors import InvalidInput
 from gameday.safety.halt_webhook import HaltWebhook, reason_of
+from gameday.wire.tls import ServerTLS, client_context
+from gameday.wire.tokens import TokenSet
 from tests.agent.pki import Pki, loopback_san
 
 TOKEN = "wh" + "0123456789abcdef" * 4

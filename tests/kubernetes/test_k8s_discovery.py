@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gameday.errors import InvalidInput, TargetUnavailable
-from gameday.targets.kubernetes.config import api_client, settings_from
+from gameday.kube.config import api_client, settings_from
 from gameday.targets.kubernetes.target import KubernetesTarget, kubernetes_target
 from gameday.targets.open import open_target
 from gameday.testing.kube import KubeStandin, running_standin

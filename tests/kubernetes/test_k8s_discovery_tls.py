@@ -12,12 +12,12 @@ import pytest
 from cryptography import x509
 
 from gameday.agent.server import AgentServer
-from gameday.agent.tls import ServerTLS
 from gameday.errors import TargetUnavailable
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.kubernetes.discovery import agent_server_name
 from gameday.targets.kubernetes.target import kubernetes_target
 from gameday.testing.kube import running_standin
+from gameday.wire.tls import ServerTLS
 from tests.agent.pki import Pki
 from tests.kubernetes.k8s_cluster import AGENT_TOKEN, NAMESPACE, api_configuration, register_agent
 

@@ -22,8 +22,6 @@ from chaoslib.exceptions import ActivityFailed
 import faults.gpu as gpu_faults
 from gameday.contract.backend import FaultRequest
 from gameday.engine import session as sessions
-from gameday.engine import signals
-from gameday.engine.agent_client import AgentClient
 from gameday.engine.session_fanout import (
     FanoutFailed,
     FanoutOptions,
@@ -34,9 +32,11 @@ from gameday.engine.session_fanout import (
 from gameday.errors import FaultRejected
 from gameday.evidence.ledger import open_intents
 from gameday.lab.devices import VirtualGpuBackend
+from gameday.safety import signals
 from gameday.targets.base import Target
 from gameday.targets.kubernetes.target import kubernetes_target
 from gameday.testing.kube import running_standin
+from gameday.wire.agent_client import AgentClient
 from tests.kubernetes.k8s_cluster import (
     AGENT_TOKEN,
     NAMESPACE,

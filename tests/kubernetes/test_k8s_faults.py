@@ -19,7 +19,7 @@ from gameday.clock import FakeClock
 from gameday.engine import session as sessions
 from gameday.evidence.ledger import read_ledger
 from gameday.experiment.extension import BlastRadius, Extension
-from gameday.targets.kubernetes.marks import MARKS_ANNOTATION, REVERT_BY_ANNOTATION, read_marks
+from gameday.kube.marks import MARKS_ANNOTATION, REVERT_BY_ANNOTATION, read_marks
 from gameday.targets.kubernetes.target import kubernetes_target
 from gameday.testing.kube import KubeStandin, running_standin
 from tests.kubernetes.k8s_cluster import (

@@ -18,8 +18,8 @@ import yaml
 
 from gameday.agent.reconcile import NodeMarkReconciler
 from gameday.clock import FakeClock
-from gameday.targets.kubernetes.marks import MARKS_ANNOTATION, Mark, read_marks
-from gameday.targets.kubernetes.nodes import NodeEditor
+from gameday.kube.marks import MARKS_ANNOTATION, Mark, read_marks
+from gameday.kube.nodes import NodeEditor
 from gameday.testing.kube import KubeStandin, running_standin
 from tests.conftest import BIN, REPO, cli_env
 from tests.kubernetes.k8s_cluster import (
@@ -128,7 +128,7 @@ def standin() -> Any:
 def test_reconcile_undoes_only_expired_marks(standin: KubeStandin) -> None:
     from kubernetes import client
 
-    from gameday.targets.kubernetes.config import KubeSettings, api_client
+    from gameday.kube.config import KubeSettings, api_client
 
     clock = FakeClock()
     core = client.CoreV1Api(api_client(KubeSettings(api_url=standin.url,
@@ -156,7 +156,7 @@ def test_reconcile_undoes_only_expired_marks(standin: KubeStandin) -> None:
 def test_a_concurrent_writer_makes_the_patch_retry(standin: KubeStandin) -> None:
     from kubernetes import client
 
-    from gameday.targets.kubernetes.config import KubeSettings, api_client
+    from gameday.kube.config import KubeSettings, api_client
 
     core = client.CoreV1Api(api_client(KubeSettings(api_url=standin.url,
                                                     api_token=standin.token)))

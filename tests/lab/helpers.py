@@ -8,10 +8,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gameday.engine.agent_client import AgentClient
 from gameday.lab.httpjson import fetch_json
 from gameday.lab.proc import group_members, pid_alive
 from gameday.node.faultfs.mount import fuse_mounts
+from gameday.wire.agent_client import AgentClient
 
 T = TypeVar("T")
 

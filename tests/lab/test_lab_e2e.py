@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import BIN, REPO, chaos, cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gameday.agent.policy import load_policy
-from gameday.agent.registry import PolicyRefused
 from gameday.agent.serve import check_policy
+from gameday.errors import PolicyRefused
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.layout import LabPaths
 from gameday.lab.link import LabLink

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from tests.agent.agent_marker import REPO, kill, read_url, run_agent
 
 TOKEN = "d3f1c7a9b2e84f60a1c5d7e9b3f2a4c6d8e0f1a3b5c7d9e1f3a5b7c9d1e3f5a7"

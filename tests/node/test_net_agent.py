@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
 from gameday.node.host.net import LinkFlapFault, list_links
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import BIN, REPO, cli_env
 from tests.node.net_support import leftovers, netns_pair, sh, tcp_connects, tcp_listener
 

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import REPO, cli_env
 from tests.packaging.extras import distributions, modules_not_installed_by
 
 TOKEN = "5f0c1d2e3a4b59687766554433221100ffeeddccbbaa99887766554433221100"
-NODE_SIDE = ("gameday/agent", "gameday/node", "gameday/contract")
-#: The node side's one module that needs the kubernetes extra too (--reconcile-kubernetes).
-WITH_KUBERNETES = ("gameday.agent.reconcile",)
+NODE_SIDE = ("gameday/agent", "gameday/node", "gameday/contract", "gameday/wire", "gameday/kube")
+#: The node side's modules that need the kubernetes extra too (--reconcile-kubernetes):
+#: the reconciler and the node edits it makes (retried with tenacity).
+WITH_KUBERNETES = ("gameday.agent.reconcile", "gameday.kube.nodes")
 
 
 def _blocked(*extras: str) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import cli_env, gameday, read_json
 
 pytestmark = pytest.mark.lab

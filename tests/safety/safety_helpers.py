@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gameday.agent.server import AgentServer
-from gameday.engine.agent_client import AgentClient
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target
+from gameday.wire.agent_client import AgentClient
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "gdsafe-token-0123456789abcdef"

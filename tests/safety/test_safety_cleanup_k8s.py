@@ -26,11 +26,11 @@ from kubernetes import client
 
 from gameday.clock import FakeClock
 from gameday.evidence.ledger import FaultEntry, append_event, open_intents, read_ledger
+from gameday.kube.config import KubeSettings, api_client
+from gameday.kube.marks import MARKS_ANNOTATION
+from gameday.kube.nodes import NodeEditor
 from gameday.safety.cleanup import cleanup
 from gameday.safety.targetconfig import TargetConfig
-from gameday.targets.kubernetes.config import KubeSettings, api_client
-from gameday.targets.kubernetes.marks import MARKS_ANNOTATION
-from gameday.targets.kubernetes.nodes import NodeEditor
 from gameday.testing.kube import KubeStandin, running_standin
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 

@@ -29,13 +29,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gameday.agent.server import AgentServer
-from gameday.agent.tls import ServerTLS, client_context
 from gameday.bounded import MAX_DEPTH
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import load_experiment
 from gameday.gamedays.playbook import load_playbook
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.safety.targetconfig import load_target_config
+from gameday.wire.tls import ServerTLS, client_context
 from tests.agent.pki import Pki, loopback_san
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday, virtual_agents
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gameday.engine.agent_client import AgentClient
 from gameday.safety.locks import live_holders
+from gameday.wire.agent_client import AgentClient
 from tests.conftest import read_json
 from tests.safety.safety_helpers import REPO, env_for, gameday
 from tests.waiting import wait_until

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gameday.engine.agent_client import AgentClient
 from gameday.engine.session import Session
 from gameday.evidence.ledger import read_ledger
 from gameday.targets.base import Target
+from gameday.wire.agent_client import AgentClient
 from tests.safety.safety_helpers import TOKEN, virtual_agents
 
 ECC = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}

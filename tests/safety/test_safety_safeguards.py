@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gameday.clock import FakeClock
-from gameday.engine import signals
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import SafeguardSpec, parse_extension
+from gameday.safety import signals
 from gameday.safety.safeguards import SafeguardBreached, SafeguardWatch, Unmeasurable, measure
 
 

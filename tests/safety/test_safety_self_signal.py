@@ -20,11 +20,11 @@ import yaml
 
 from gameday.agent.policy import Policy
 from gameday.agent.server import AgentServer
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError
 from gameday.node.host.backend import HostBackend
 from gameday.node.host.process import handlers
 from gameday.node.processes import gameday_role, protected_processes
+from gameday.wire.agent_client import AgentClient
 from tests.safety.safety_helpers import REPO, TOKEN, env_for
 from tests.waiting import wait_until
 

@@ -1,4 +1,4 @@
-"""gameday.engine.signals.held: a real SIGINT sent to this process inside the block is raised
+"""gameday.safety.signals.held: a real SIGINT sent to this process inside the block is raised
 when the block ends, not in the middle of it; inside cleanup (deferred) it is not raised."""
 
 import os
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from gameday.engine import signals
+from gameday.safety import signals
 
 
 def test_a_signal_inside_a_held_step_is_raised_when_the_step_ends(gameday_signals: None) -> None:

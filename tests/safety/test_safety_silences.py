@@ -14,7 +14,8 @@ import pytest
 from gameday.errors import InvalidInput
 from gameday.evidence.ledger import Ledger, read_silences
 from gameday.experiment.extension import parse_extension
-from gameday.safety.alertmanager import AlertmanagerClient, silence_spec
+from gameday.experiment.silence import silence_spec
+from gameday.safety.alertmanager import AlertmanagerClient
 from gameday.safety.cleanup import cleanup
 from gameday.safety.targetconfig import TargetConfig
 from tests.conftest import BIN, REPO, gameday, python_activity, write_experiment

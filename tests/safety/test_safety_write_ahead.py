@@ -17,12 +17,12 @@ from pathlib import Path
 
 from bench.late_agent import HoldingProxy, LateBackend, experiment
 from gameday.agent.server import AgentServer
-from gameday.engine.agent_client import AgentClient
 from gameday.engine.session import Session
 from gameday.errors import AgentError
 from gameday.evidence.ledger import open_intents
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.targets.base import Target
+from gameday.wire.agent_client import AgentClient
 from tests.safety.safety_helpers import REPO, TOKEN, env_for, gameday
 from tests.waiting import wait_until
 
@@ -93,7 +93,7 @@ def test_a_run_killed_while_the_agent_applies_is_resolved_as_reverted(tmp_path: 
 SINGLE = """
 import sys
 from pathlib import Path
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
 from gameday.engine.session import Session
 from gameday.targets.base import Target
 client = AgentClient(sys.argv[1], sys.argv[2], timeout_s=60)

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from gameday.agent.tls import client_context
-from gameday.engine.agent_client import AgentClient
+from gameday.wire.agent_client import AgentClient
+from gameday.wire.tls import client_context
 from tests.agent.pki import Pki, loopback_san
 from tests.conftest import BIN, REPO, cli_env
 

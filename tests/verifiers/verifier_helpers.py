@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine.session import Session, activate, current
-from gameday.engine.verdicts import VerifierResult
+from gameday.engine.verifier_result import VerifierResult
 from gameday.evidence.ledger import FaultEntry
 from gameday.experiment.extension import Extension, Slo
 from gameday.targets.base import Target

@@ -2,7 +2,9 @@
 
 Areas are modules with a ``handlers() -> list[HostFault]`` function; add an area by
 adding it to ``AREAS``. ``gameday agent serve --backend host`` builds this backend.
-Until it is given a policy (:meth:`HostBackend.use_policy`), it refuses every fault.
+Until it is given a policy (:meth:`HostBackend.use_policy`), it refuses every fault. A
+policy is what :class:`HostPolicy` says (the agent's :class:`gameday.agent.policy.Policy`
+is one): the agent hands its own in, so this node-side code never imports the agent.
 """
 
 import contextlib
@@ -10,18 +12,35 @@ import importlib
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Protocol
 
-from gameday.agent.policy import NO_POLICY, Policy
-from gameday.agent.registry import PolicyRefused
 from gameday.contract.backend import FaultRequest, backend_check
-from gameday.errors import FaultRejected
+from gameday.errors import FaultRejected, PolicyRefused
 from gameday.node.host.base import HostFault
 from gameday.node.processes import SignalFault, one_scan
+
+__all__ = ["AREAS", "NO_POLICY", "HostBackend", "HostPolicy", "host_backend"]
 
 AREAS: tuple[str, ...] = ("gameday.node.host.gpu", "gameday.node.host.net",
                           "gameday.node.host.proxy", "gameday.node.host.storage",
                           "gameday.node.host.process", "gameday.node.host.hogs")
+
+#: The one line a host agent without a policy answers every fault with.
+NO_POLICY: Final = ("this agent has no policy, so it refuses every target: write one "
+                    "(docs/agent-api.md, 'Policy') and start it with --policy FILE")
+
+
+class HostPolicy(Protocol):
+    """What the host backend asks of a policy: a check of each request (raising
+    :class:`gameday.errors.PolicyRefused`), a guard asked about each process before it is
+    signalled, and the most processes one fault may signal."""
+
+    @property
+    def max_processes(self) -> int: ...
+
+    def check(self, request: FaultRequest) -> None: ...
+
+    def process_guard(self, pid: int) -> str | None: ...
 
 
 class HostBackend:
@@ -33,9 +52,9 @@ class HostBackend:
         self.node = node
         self._all = {handler.kind: handler for handler in handlers}
         self._usable = {kind: h for kind, h in self._all.items() if h.unavailable() is None}
-        self.policy: Policy | None = None
+        self.policy: HostPolicy | None = None
 
-    def use_policy(self, policy: Policy) -> None:
+    def use_policy(self, policy: HostPolicy) -> None:
         """Enforce ``policy`` from now on: its kinds, paths, interfaces and device
         settings before each apply, its processes before each signal."""
         self.policy = policy

@@ -20,8 +20,9 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected, PolicyRefused
@@ -39,8 +40,17 @@ from gameday.node.processes import (
     release,
 )
 
-if TYPE_CHECKING:
-    from gameday.agent.policy import Policy
+
+class FreezerPolicy(Protocol):
+    """What the freezer asks of the agent's policy (:class:`gameday.agent.policy.Policy`
+    is one): a guard asked about each process, and a check of a cgroup directory and
+    every process in it (raising :class:`gameday.errors.PolicyRefused`)."""
+
+    def process_guard(self, pid: int) -> str | None: ...
+
+    def check_cgroup_dir(self, real: str, pids: Iterable[int],
+                         guard: Callable[[int], str | None]) -> None: ...
+
 
 __all__ = ["FuseStorageFault", "checked_dir", "handlers"]
 
@@ -72,9 +82,9 @@ class FuseStorageFault:
         self.kind = kind
         self.layers = layers
         self._frozen: dict[str, tuple[BoundedGroup | Path, int | None, str | None]] = {}
-        self.policy: Policy | None = None
+        self.policy: FreezerPolicy | None = None
 
-    def use_policy(self, policy: "Policy") -> None:
+    def use_policy(self, policy: FreezerPolicy) -> None:
         """Ask ``policy`` about every process and cgroup the freezer would freeze."""
         self.policy = policy
 

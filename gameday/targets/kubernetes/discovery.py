@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gameday.engine.agent_client import AgentClient
 from gameday.errors import AgentError, TargetUnavailable
+from gameday.kube.config import DEFAULT_AGENT_PORT, KubeSettings
 from gameday.targets.agent_tls import AgentTLS
 from gameday.targets.base import GpuRef
-from gameday.targets.kubernetes.config import DEFAULT_AGENT_PORT, KubeSettings
+from gameday.wire.agent_client import AgentClient
 
 __all__ = ["GPU_INDEX_LABEL", "GPU_UUID_LABEL", "SHARD_LABEL", "AgentPod", "Fleet", "FleetGpu",
            "ShardPlacement", "agent_server_name", "agent_token", "discover"]

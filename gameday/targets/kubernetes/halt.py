@@ -82,11 +82,11 @@ class FleetLeverObject:
 
 
 def fleet_lever_object(configuration: dict[str, Any] | None = None) -> FleetLeverObject:
-    """The lever's ConfigMap of the cluster :mod:`gameday.targets.kubernetes.config`
+    """The lever's ConfigMap of the cluster :mod:`gameday.kube.config`
     names (API and namespace from the configuration, else the environment)."""
     from kubernetes import client
 
-    from gameday.targets.kubernetes.config import api_client, settings_from
+    from gameday.kube.config import api_client, settings_from
 
     settings = settings_from(configuration or {})
     return FleetLeverObject(client.CoreV1Api(api_client(settings)), settings.namespace)

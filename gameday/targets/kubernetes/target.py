@@ -1,6 +1,6 @@
 """``--target kubernetes``: a :class:`Target` whose agents are discovered through the API.
 
-:func:`kubernetes_target` configures the official client (:mod:`gameday.targets.kubernetes.config`),
+:func:`kubernetes_target` configures the official client (:mod:`gameday.kube.config`),
 finds the agent DaemonSet's pods and their GPUs (:mod:`gameday.targets.kubernetes.discovery`), and
 returns a :class:`KubernetesTarget`: its ``agents`` are the discovered agents, its GPU
 selectors are the richer ones of :mod:`gameday.targets.kubernetes.selectors`, its placement comes
@@ -16,12 +16,12 @@ from typing import Any
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry
+from gameday.kube.config import KubeSettings, api_client, settings_from
+from gameday.kube.nodes import NodeEditor
 from gameday.targets.agent_tls import agent_tls_from
 from gameday.targets.base import GpuRef, Target
-from gameday.targets.kubernetes.config import KubeSettings, api_client, settings_from
 from gameday.targets.kubernetes.containers import ContainerRef, find_container
 from gameday.targets.kubernetes.discovery import Fleet, agent_token, discover
-from gameday.targets.kubernetes.nodes import NodeEditor
 from gameday.targets.kubernetes.selectors import select_gpus
 
 __all__ = ["VIA", "KubernetesRoute", "KubernetesTarget", "kubernetes_target"]
@@ -151,7 +151,7 @@ class KubernetesTarget(Target):
 def kubernetes_target(configuration: Mapping[str, Any], *, clock: Clock = SYSTEM_CLOCK
                       ) -> KubernetesTarget:
     """Discover the cluster named by ``configuration`` (see
-    :mod:`gameday.targets.kubernetes.config`)."""
+    :mod:`gameday.kube.config`)."""
     from kubernetes import client
 
     settings = settings_from(configuration)

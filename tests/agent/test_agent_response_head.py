@@ -1,7 +1,7 @@
-"""Answer heads made in one piece (gameday/agent/answer.py): the exact bytes, and the
+"""Answer heads made in one piece (gameday/agent/response_head.py): the exact bytes, and the
 ``Date`` made once a second from an injectable clock (a FakeClock's, so no waiting)."""
 
-from gameday.agent.answer import CONTINUE, HttpDate, answer_head
+from gameday.agent.response_head import CONTINUE, HttpDate, answer_head
 from gameday.clock import FakeClock
 
 DATE = "Sun, 06 Nov 1994 08:49:37 GMT"

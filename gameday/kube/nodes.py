@@ -18,7 +18,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_none
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.errors import FaultRejected, TargetUnavailable
-from gameday.targets.kubernetes.marks import Mark, annotations_for, read_marks, undo_patch
+from gameday.kube.marks import Mark, annotations_for, read_marks, undo_patch
 
 __all__ = ["MERGE_PATCH", "EvictionBlocked", "NodeEditor", "PodRef"]
 

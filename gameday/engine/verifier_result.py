@@ -1,4 +1,4 @@
-"""Typed results that verifiers record and reports show."""
+"""One verifier's result, as verifiers record it, the judge reads it and reports show it."""
 
 from dataclasses import dataclass, field
 from typing import Any

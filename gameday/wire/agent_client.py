@@ -14,7 +14,7 @@ flight to many agents and read each answer when its socket becomes readable
 
 The batch calls take ``minimal=True`` to ask for minimal faults in the answer
 (``Prefer: return=minimal``): each fault then carries only what the agent set
-(:data:`gameday.agent.protocol.MINIMAL_FIELDS`), which is what a caller that knows what
+(:data:`gameday.wire.protocol.MINIMAL_FIELDS`), which is what a caller that knows what
 it sent needs, at a fraction of the bytes to encode, send and decode. An agent that
 ignores the preference answers whole faults, which hold those fields too.
 """
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
-from gameday.agent.protocol import MAX_BATCH_ITEMS, PREFER_MINIMAL
 from gameday.errors import AgentError
+from gameday.wire.protocol import MAX_BATCH_ITEMS, PREFER_MINIMAL
 
 __all__ = ["MAX_ANSWER_BYTES", "AgentClient", "AgentHalted", "BatchFailed", "BatchResult",
            "Exchange", "LeaseLost"]
@@ -113,7 +113,7 @@ class _VerifiedHTTPSConnection(http.client.HTTPSConnection):
 
 class AgentClient:
     """Talks to the agent at ``url`` (``http://host:port`` or ``https://``) with bearer
-    ``token``; ``tls`` is the context for https (:func:`gameday.agent.tls.client_context`:
+    ``token``; ``tls`` is the context for https (:func:`gameday.wire.tls.client_context`:
     the agents' CA, and a client certificate for mutual TLS; default: the system's CAs);
     ``server_name`` is the name the agent's certificate must carry (default: the URL's
     host; agents reached by pod IP share one name).

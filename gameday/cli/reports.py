@@ -33,6 +33,13 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interruption rate (default: Llama 3's, 419 / 54 days / 16384)")
 
 
+def _index_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index", type=Path, metavar="FILE",
+                        help="keep a verified index in FILE (default $GAMEDAY_EVIDENCE_INDEX; "
+                             "none: verify every journal): only new or changed journals are "
+                             "read; keep it where the journals' writers cannot write")
+
+
 def _draw_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="seed the playbook's draw from its fault mix (default: its own)")
@@ -112,6 +119,7 @@ def add_commands(commands: Any) -> None:
                            "instead of running them")
     gate.add_argument("--public-key", type=Path, metavar="KEY.pub",
                       help="count only journals signed by this Ed25519 key")
+    _index_argument(gate)
     gate.add_argument("--lab-dir", type=Path, metavar="DIR", help="lab directory")
     _draw_arguments(gate)
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
@@ -147,6 +155,7 @@ def add_commands(commands: Any) -> None:
                           help="count only journals signed by this Ed25519 key")
     coverage.add_argument("--exclude-lab", action="store_true",
                           help="leave out evidence from the virtual lab")
+    _index_argument(coverage)
 
     report = command(commands, "report", "render a journal, or a game day's record "
                                          "(*.playbook.json), as HTML or Markdown",
@@ -233,6 +242,7 @@ def _play(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace) -> int:
     from gameday.evidence import signing
+    from gameday.evidence.index import open_index
     from gameday.gamedays.gate import (
         evaluate,
         reject_unverified,
@@ -245,17 +255,21 @@ def _gate(args: argparse.Namespace) -> int:
     trusted = signing.load_public(args.public_key) if args.public_key else None
     if args.journals is not None:
         playbook = _load(args)
-        runs, rejected = runs_from_journals(playbook, args.journals, trusted)
+        evidence = runs_from_journals(playbook, args.journals, trusted,
+                                      open_index(args.index, trusted))
     else:
         result = _played(args, verdict_line=False)
         if result.interrupted_exit is not None:
             return result.interrupted_exit
-        playbook, runs = result.playbook, result.runs
-        rejected = reject_unverified(runs, trusted)
+        playbook = result.playbook
+        evidence = reject_unverified(result.runs, trusted)
+    runs, rejected = evidence.runs, evidence.rejected
     out = _people(args)
     for path, reason in rejected.items():
         print(f"gate: rejected {path}: {reason}", file=out)
-    verdict = evaluate(playbook, runs)
+    for chain in evidence.chains:
+        print(f"evidence: {chain.line()}", file=out)
+    verdict = evaluate(playbook, runs, evidence)
     write_outputs(verdict, runs, junit=args.junit, summary=args.summary,
                   command=f"gameday gate {args.playbook}")
     for case in verdict.failures:
@@ -271,6 +285,7 @@ def _gate(args: argparse.Namespace) -> int:
               "cases": [dataclasses.asdict(case) for case in verdict.cases],
               "runs": [run.to_json() for run in runs],
               "rejected": {str(path): reason for path, reason in rejected.items()},
+              "chains": [dataclasses.asdict(chain) for chain in evidence.chains],
               "junit": str(args.junit) if args.junit else None,
               "summary": str(args.summary) if args.summary else None}, sys.stdout)
     return verdict.exit_code
@@ -293,12 +308,14 @@ def _schedule(args: argparse.Namespace) -> int:
 
 def _coverage(args: argparse.Namespace) -> int:
     from gameday.evidence import signing
+    from gameday.evidence.index import open_index
     from gameday.gamedays import coverage
     from gameday.gamedays.playbook import load_requirements
 
     requirements = load_requirements(args.require) if args.require else []
     trusted = signing.load_public(args.public_key) if args.public_key else None
-    matrix = coverage.build(args.directory, trusted=trusted, exclude_lab=args.exclude_lab)
+    matrix = coverage.build(args.directory, trusted=trusted, exclude_lab=args.exclude_lab,
+                            index=open_index(args.index, trusted))
     matrix.check(requirements)
     _write(coverage.render(matrix, args.format), args.output)
     for rejected in matrix.rejected:

@@ -6,6 +6,7 @@ A journal is the toolkit's journal plus the ``gameday`` section ``gameday run`` 
 evidence the coverage matrix and the gate cite.
 """
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -74,6 +75,12 @@ class JournalSummary:
     rpo_records: float | None = None  # records (messages) lost, from stream offsets
     hash_match: bool | None = None  # every prediction-hash comparison matched
     slo_s: dict[str, float] = field(default_factory=dict)  # objective -> bound in seconds
+    sequence: int | None = None  # its place in its directory's hash chain
+    tags: tuple[str, ...] = ()  # the experiment's tags
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, as JSON (:func:`summary_from_json` reads it back)."""
+        return dataclasses.asdict(self)
 
     @property
     def scenario(self) -> str:
@@ -149,7 +156,9 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         rto_slo_s=_number((extension.get("slo") or {}).get("rto_s")),
         injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})),
         target=str(gd.get("target") or "none"), target_source=str(gd.get("target_source") or ""),
-        host=str((gd.get("environment") or {}).get("host") or ""), faults_injected=len(faults))
+        host=str((gd.get("environment") or {}).get("host") or ""), faults_injected=len(faults),
+        sequence=_sequence(gd.get("sequence")),
+        tags=tuple(str(tag) for tag in experiment.get("tags") or () if isinstance(tag, str)))
     for result in gd.get("verifiers") or []:
         measurement = result.get("measurement") or {}
         summary.verifiers.append(VerifierLine(
@@ -169,6 +178,19 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
     if summary.rto_slo_s is not None:
         summary.slo_s.setdefault("rto", summary.rto_slo_s)
     return summary
+
+
+def _sequence(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def summary_from_json(data: dict[str, Any]) -> JournalSummary:
+    """The summary :meth:`JournalSummary.to_json` wrote (a verified index keeps them)."""
+    fields = dict(data)
+    fields["verifiers"] = [VerifierLine(**line) for line in fields.get("verifiers") or []]
+    fields["injected_at"] = tuple(fields.get("injected_at") or ())
+    fields["tags"] = tuple(fields.get("tags") or ())
+    return JournalSummary(**fields)
 
 
 def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, Any],
@@ -222,15 +244,18 @@ def _top_level_sections(text: str) -> dict[str, Any] | None:
             return None
     marker = '\n  "experiment": {'
     at = text.find(marker)
-    if at >= 0:
-        title = text.find('\n    "title": ', at)
-        end = text.find('\n  },', at)
-        if 0 <= title < end:
-            try:
-                value, _ = _DECODER.raw_decode(text, title + len('\n    "title": '))
-            except ValueError:
-                return None
-            sections["experiment"] = {"title": value}
+    end = text.find('\n  },', at) if at >= 0 else -1
+    if end >= 0:
+        experiment: dict[str, Any] = {}
+        for key in ("tags", "title"):
+            inner = f'\n    "{key}": '
+            found = text.find(inner, at, end)
+            if found >= 0:
+                try:
+                    experiment[key], _ = _DECODER.raw_decode(text, found + len(inner))
+                except ValueError:
+                    return None
+        sections["experiment"] = experiment
     return sections if "gameday" in sections else None
 
 

@@ -42,8 +42,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from faults.catalogue import CATALOGUE
 from gameday import __version__
 from gameday.errors import InvalidInput
-from gameday.evidence.audit import verify_tree
-from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
+from gameday.evidence import checked
+from gameday.evidence.index import VerifiedIndex
+from gameday.evidence.summary import JournalSummary
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
 from gameday.stats import percentile
@@ -181,6 +182,9 @@ class Matrix:
     journals: int = 0
     skipped: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    #: what the chains showed beyond rejected journals (one missing, one outside the
+    #: chain, a head that does not hold), ``DIR: problem``
+    chain_problems: list[str] = field(default_factory=list)
     excluded_lab: int = 0
     faults: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -192,6 +196,12 @@ class Matrix:
 
     def cell(self, fault: str, layer: str) -> Cell | None:
         return self.cells.get((fault, layer))
+
+    @property
+    def tampered_cells(self) -> dict[tuple[str, str], int]:
+        """Per cell, its journals that did not verify: evidence was tampered with (or
+        cannot be trusted), so the cell is marked whatever else it holds."""
+        return dict(sorted(Counter(r.cell for r in self.rejected if r.cell).items()))
 
     def add(self, summary: JournalSummary) -> None:
         key = (summary.fault, summary.layer)
@@ -284,8 +294,10 @@ class Matrix:
 
 def build(directory: Path, *, summaries: Iterable[JournalSummary] | None = None,
           trusted: Ed25519PublicKey | None = None, exclude_lab: bool = False,
-          clock: Callable[[], float] = time.time) -> Matrix:
-    """Verify and read every journal under ``directory`` (or take ``summaries``).
+          clock: Callable[[], float] = time.time, index: VerifiedIndex | None = None,
+          evidence: checked.Evidence | None = None) -> Matrix:
+    """Verify and read every journal under ``directory`` (or take ``summaries``, or the
+    ``evidence`` already checked), through the verified ``index`` when one is given.
 
     Raises :class:`InvalidInput` when ``directory`` is not a directory or holds no
     gameday journal at all (verified or not).
@@ -296,21 +308,20 @@ def build(directory: Path, *, summaries: Iterable[JournalSummary] | None = None,
         for summary in summaries:
             matrix.add(summary)
         return matrix
-    if not directory.is_dir():
-        raise InvalidInput("is not a directory of journals", file=str(directory))
-    verdicts = verify_tree(directory, trusted, is_journal=is_journal_file)
-    for path, problem in verdicts.items():
-        try:
-            summary = read_summary(path)
-        except InvalidInput:
-            matrix.skipped.append(str(path))
-            continue
-        if problem is not None:
-            matrix.rejected.append(Rejected(str(path), problem, (summary.fault, summary.layer)))
-        elif exclude_lab and not summary.real:
+    evidence = evidence or checked.check(directory, trusted, index)
+    matrix.chain_problems = [f"{where}: {problem}" for where, result in
+                             sorted(evidence.chains.items()) for problem in result.problems]
+    for journal in evidence.journals:
+        found = journal.summary
+        if found is None:
+            matrix.skipped.append(str(journal.path))
+        elif journal.problem is not None:
+            matrix.rejected.append(Rejected(str(journal.path), journal.problem,
+                                            (found.fault, found.layer)))
+        elif exclude_lab and not found.real:
             matrix.excluded_lab += 1
         else:
-            matrix.add(summary)
+            matrix.add(found)
     if not matrix.journals and not matrix.rejected and not matrix.excluded_lab:
         raise InvalidInput("holds no gameday journal"
                            + (f" ({len(matrix.skipped)} other JSON files)"
@@ -324,10 +335,16 @@ NOT_APPLICABLE = "—"
 NOT_COVERED = "·"
 
 
-def _cell_text(matrix: Matrix, fault: str, layer: str) -> str:
+TAMPERED = "tampered"
+
+
+def _cell_text(matrix: Matrix, fault: str, layer: str, tampered: int) -> str:
     cell = matrix.cell(fault, layer)
+    mark = f" {TAMPERED} ({tampered})" if tampered else ""
     if cell is not None:
-        return f"{cell.passed}/{cell.runs}" + ("" if cell.real else " (lab)")
+        return f"{cell.passed}/{cell.runs}" + ("" if cell.real else " (lab)") + mark
+    if tampered:
+        return mark.strip()
     return NOT_COVERED if matrix.applicable(fault, layer) else NOT_APPLICABLE
 
 
@@ -349,7 +366,8 @@ def _sorted_cells(matrix: Matrix) -> list[Cell]:
 
 LEGEND = (f"Cells show passed/run of verified journals; `(lab)`: evidence from the virtual "
           f"lab only; `{NOT_COVERED}`: not covered yet; `{NOT_APPLICABLE}`: the fault kind "
-          "cannot act at that layer.")
+          f"cannot act at that layer; `{TAMPERED} (N)`: N journals of the cell did not "
+          "verify (edited, removed, re-signed or rolled back) and were not counted.")
 
 
 def to_markdown(matrix: Matrix) -> str:
@@ -357,8 +375,10 @@ def to_markdown(matrix: Matrix) -> str:
              LEGEND, "",
              "| fault kind | " + " | ".join(COVERAGE_LAYERS) + " |",
              "|---|" + "---|" * len(COVERAGE_LAYERS)]
+    tampered = matrix.tampered_cells
     for fault in matrix.rows():
-        cells = [_cell_text(matrix, fault, layer) for layer in COVERAGE_LAYERS]
+        cells = [_cell_text(matrix, fault, layer, tampered.get((fault, layer), 0))
+                 for layer in COVERAGE_LAYERS]
         lines.append(f"| {fault} | " + " | ".join(cells) + " |")
     lines += ["", "### Verified scenarios by fault family", "",
               "| fault family | layer | kind | verified scenarios |", "|---|---|---|---|"]
@@ -387,6 +407,9 @@ def to_markdown(matrix: Matrix) -> str:
     if matrix.rejected:
         lines += ["", f"### Rejected journals ({len(matrix.rejected)}, not counted)", ""]
         lines += [f"- `{r.path}`: {r.reason}" for r in matrix.rejected]
+    if matrix.chain_problems:
+        lines += ["", f"### Chain problems ({len(matrix.chain_problems)})", ""]
+        lines += [f"- {problem}" for problem in matrix.chain_problems]
     if matrix.skipped:
         lines += ["", f"Skipped {len(matrix.skipped)} JSON files that are not gameday "
                       "journals."]
@@ -409,6 +432,9 @@ def to_json(matrix: Matrix) -> str:
                          for r in matrix.requirements],
         "unmet": [f.line() for f in matrix.findings],
         "rejected": [{"journal": r.path, "reason": r.reason} for r in matrix.rejected],
+        "chain_problems": matrix.chain_problems,
+        "tampered": [{"fault": fault, "layer": layer, "rejected": count}
+                     for (fault, layer), count in matrix.tampered_cells.items()],
         "skipped": matrix.skipped}
     return json.dumps(document, indent=2) + "\n"
 
@@ -441,7 +467,9 @@ table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #d5dae3;padd
 text-align:left}th{background:#f2f4f8}td.c{text-align:center;font-variant-numeric:tabular-nums}
 .ok{background:#dcf5e3}.some{background:#fff1c9}.bad{background:#fbd9d9}.none{color:#9aa3b2}
 .na{color:#c4c9d2;background:#fafbfc}.lab{font-style:italic}
-.req{outline:2px solid #304ffe;outline-offset:-2px}code{font-size:12px;white-space:nowrap}
+.req{outline:2px solid #304ffe;outline-offset:-2px}
+.tampered{outline:3px dashed #b00020;outline-offset:-3px;font-weight:bold}
+code{font-size:12px;white-space:nowrap}
 td.c{white-space:nowrap}td.c a{color:inherit;text-decoration:none}.scope{color:#4a5263}
 dl.legend{display:grid;grid-template-columns:max-content 1fr;gap:.2rem .8rem}
 dl.legend dt{padding:0 .5rem}
@@ -463,13 +491,15 @@ def to_html(matrix: Matrix) -> str:
     """A self-contained page (no script, no external resource)."""
     required = {r.cell: r for r in matrix.requirements}
     failing = {f.requirement.cell for f in matrix.findings}
+    tampered = matrix.tampered_cells
     head = "".join(f"<th>{layer}</th>" for layer in COVERAGE_LAYERS)
     body = []
     for fault in matrix.rows():
         cells = []
         for layer in COVERAGE_LAYERS:
             cell = matrix.cell(fault, layer)
-            text = html.escape(_cell_text(matrix, fault, layer))
+            text = html.escape(_cell_text(matrix, fault, layer,
+                                          tampered.get((fault, layer), 0)))
             if cell is None:
                 klass = "none" if matrix.applicable(fault, layer) else "na"
             else:
@@ -478,6 +508,8 @@ def to_html(matrix: Matrix) -> str:
                 text = f"<a href='#{_anchor(fault, layer)}'>{text}</a>"
             if (fault, layer) in failing:
                 klass = "bad"
+            if (fault, layer) in tampered:
+                klass = "bad tampered"
             if (fault, layer) in required:
                 klass += " req"
             title = "" if cell is None else (
@@ -512,11 +544,17 @@ def to_html(matrix: Matrix) -> str:
                 f"<h2>Rejected journals ({len(matrix.rejected)}, not counted)</h2><ul>"
                 + "".join(f"<li><code>{html.escape(r.path)}</code>: {html.escape(r.reason)}"
                           "</li>" for r in matrix.rejected) + "</ul>")
+    if matrix.chain_problems:
+        rejected += (f"<h2>Chain problems ({len(matrix.chain_problems)})</h2><ul>"
+                     + "".join(f"<li>{html.escape(problem)}</li>"
+                               for problem in matrix.chain_problems) + "</ul>")
     legend = ("<dl class=legend><dt class=ok>2/2</dt><dd>passed/run, verified journals from a "
               "real target</dd><dt class='ok lab'>2/2 (lab)</dt><dd>evidence from the virtual "
               f"lab only</dd><dt class=none>{NOT_COVERED}</dt><dd>not covered yet</dd>"
               f"<dt class=na>{NOT_APPLICABLE}</dt><dd>the kind cannot act at this layer</dd>"
-              "<dt class=req>outlined</dt><dd>required by the requirement file</dd></dl>")
+              "<dt class=req>outlined</dt><dd>required by the requirement file</dd>"
+              f"<dt class='bad tampered'>{TAMPERED} (1)</dt><dd>journals of the cell did not "
+              "verify (edited, removed, re-signed or rolled back): not counted</dd></dl>")
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "

@@ -4,7 +4,9 @@ Built from journal summaries (``gameday.evidence.summary``), so ``gameday run``,
 and ``gate`` export the same families (docs/observability.md). Every sample is
 labelled with ``experiment`` (the experiment file's stem) and ``target``, plus
 ``fault_kind`` and ``layer`` (the coverage cell); ``gameday_verifier_passed`` adds
-``verifier`` and ``gameday_slo_seconds`` adds ``objective``. No run id or time is a
+``verifier``, ``gameday_slo_seconds`` adds ``objective`` and ``gameday_journal_info``
+adds the journal's ``sha256`` and file name (with ``gameday_journal_sequence``, the
+chain head just written: what an auditor anchors). No run id or time is a
 label: one series per experiment, overwritten by its next run. A value that was not
 measured has no sample (never a zero that reads as "recovered instantly").
 
@@ -85,6 +87,15 @@ class ResultMetrics:
         self._faults = Counter("gameday_faults_injected",
                                "Faults the experiment's runs injected.", BASE_LABELS,
                                registry=self.registry)
+        self._sequence = Gauge("gameday_journal_sequence",
+                               "The run's journal's sequence number in its directory's hash "
+                               "chain (an anchor for gameday audit verify --min-sequence).",
+                               BASE_LABELS, registry=self.registry)
+        self._journal = Gauge("gameday_journal_info",
+                              "1, labelled with the run's journal's SHA-256 (an anchor for "
+                              "gameday audit verify --expect-head) and file name.",
+                              (*BASE_LABELS, "sha256", "journal"), registry=self.registry)
+        self._journal_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def add(self, summary: JournalSummary) -> None:
         """Set every family from one run (a later run of the same experiment overwrites)."""
@@ -108,6 +119,15 @@ class ResultMetrics:
         self._passed.labels(*labels).set(1 if summary.passed else 0)
         self._last_run.labels(*labels).set(summary.ended_at)
         self._faults.labels(*labels).inc(summary.faults_injected)
+        if summary.sequence is not None:
+            self._sequence.labels(*labels).set(summary.sequence)
+        if summary.sha256:
+            previous = self._journal_labels.pop(labels, None)
+            if previous is not None:  # one series per experiment: its latest journal
+                self._journal.remove(*previous)
+            current = (*labels, summary.sha256, Path(summary.path).name)
+            self._journal.labels(*current).set(1)
+            self._journal_labels[labels] = current
 
 
 def write_textfile(path: Path, summaries: Iterable[JournalSummary]) -> None:

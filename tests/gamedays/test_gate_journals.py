@@ -58,7 +58,10 @@ def test_an_edited_journal_fails_the_gate(tmp_path: Path) -> None:
                      cli_env(tmp_path))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"gate: rejected {paths[1]}: edited journal" in result.stdout
-    assert "gate: FAIL gameday.gate > kill: could not run: no verified journal" in result.stdout
+    assert (f"gate: FAIL gameday.gate > kill: could not run: evidence rejected: its newest "
+            f"journal {paths[1]} did not verify: edited journal") in result.stdout
+    assert ("gate: FAIL gameday.gate.gate > evidence: every journal and chain verifies: evidence "
+            "rejected: 2 journals did not verify") in result.stdout
     # what the edited journal recorded of its predecessor proves nothing either
     assert "unverifiable: older than the edited journal" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("gate: FAILED")
@@ -73,7 +76,8 @@ def test_journals_signed_by_another_key_fail_a_gate_that_trusts_one(tmp_path: Pa
     result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals"),
                       "--public-key", str(public)], env)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.count("bad signature") == 2
+    rejected = [line for line in result.stdout.splitlines() if line.startswith("gate: rejected")]
+    assert len(rejected) == 2 and all("bad signature" in line for line in rejected), rejected
 
 
 def test_a_directory_without_journals_is_bad_input(tmp_path: Path) -> None:

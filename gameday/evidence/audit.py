@@ -23,6 +23,7 @@ or ``audit: FAILED: <the first problem, oldest first>`` (exit 1), e.g.
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,7 +218,8 @@ def verify(directory: Path, trusted: Ed25519PublicKey | None = None, *,
     (and, given ``anchor``, that the directory was not rolled back past it)."""
     result = AuditResult()
     newest_first: list[list[str]] = []  # per journal, newest journal first
-    journals = {p.name: p for p in sorted(directory.glob("*.json")) if not p.name.startswith(".")}
+    journals = {name: directory / name for name in json_names(directory)
+                if not name.startswith(".")}
     head = read_head(directory)
     if head is None:
         result.problems.append(f"no {CHAIN_FILE} in {directory}" if journals
@@ -296,13 +298,28 @@ def verify(directory: Path, trusted: Ed25519PublicKey | None = None, *,
     return result
 
 
+def json_names(directory: Path) -> list[str]:
+    """The names of the ``*.json`` files in ``directory``, sorted (none if it is gone)."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(entry.name for entry in entries
+                          if entry.name.endswith(".json") and not entry.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def verify_directories(root: Path, trusted: Ed25519PublicKey | None = None,
                        *, is_journal: Callable[[Path], bool] | None = None,
                        facts: FactsSource = journal_facts) -> dict[Path, AuditResult]:
     """Every directory under ``root`` that holds a journal, checked as its own chain."""
     pick = is_journal or (lambda path: not path.name.startswith("."))
-    directories = sorted({path.parent for path in root.rglob("*.json") if pick(path)})
-    return {directory: verify(directory, trusted, facts=facts) for directory in directories}
+    directories = []
+    for where, _, files in os.walk(root):
+        directory = Path(where)
+        if any(name.endswith(".json") and pick(directory / name) for name in files):
+            directories.append(directory)
+    return {directory: verify(directory, trusted, facts=facts)
+            for directory in sorted(directories)}
 
 
 def verify_tree(root: Path, trusted: Ed25519PublicKey | None = None,
@@ -321,7 +338,8 @@ def verify_tree(root: Path, trusted: Ed25519PublicKey | None = None,
         root, trusted, is_journal=pick, facts=facts)
     verdicts: dict[Path, str | None] = {}
     for directory, result in checked.items():
-        for path in sorted(directory.glob("*.json")):
+        for name in json_names(directory):
+            path = directory / name
             if not pick(path):
                 continue
             if path.name in result.verdicts:

@@ -58,21 +58,70 @@ def fingerprint(trusted: Ed25519PublicKey | None) -> str:
     return hashlib.sha256(signing.raw_public(trusted).encode()).hexdigest()[:32]
 
 
-def _stamp(path: Path) -> Stamp | None:
+def _stamp(path: Path | str) -> Stamp | None:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-@dataclass
 class _Entry:
-    stamp: Stamp
-    sig_stamp: Stamp | None
-    facts: JournalFacts | None = None
-    summary: JournalSummary | None = None
-    not_a_journal: str | None = None  # why read_summary refused it
+    """One indexed file: its JSON form as the index file holds it, decoded on demand."""
+
+    __slots__ = ("_facts", "_summary", "raw")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+        self._facts: JournalFacts | None = None
+        self._summary: JournalSummary | None = None
+
+    @classmethod
+    def new(cls, stamp: Stamp, sig_stamp: Stamp | None) -> "_Entry":
+        return cls({"stamp": list(stamp), "sig_stamp": list(sig_stamp) if sig_stamp else None,
+                    "facts": None, "summary": None, "not_a_journal": None})
+
+    def matches(self, stamp: Stamp | None, sig_stamp: Stamp | None) -> bool:
+        return (stamp is not None and self.raw["stamp"] == list(stamp)
+                and self.raw["sig_stamp"] == (list(sig_stamp) if sig_stamp else None))
+
+    @property
+    def facts(self) -> JournalFacts | None:
+        if self._facts is None and isinstance(self.raw["facts"], dict):
+            try:
+                self._facts = JournalFacts.from_json(self.raw["facts"])
+            except (KeyError, TypeError, ValueError):
+                return None  # an index entry this version cannot read: read the file
+        return self._facts
+
+    @facts.setter
+    def facts(self, value: JournalFacts) -> None:
+        self._facts, self.raw["facts"] = value, value.to_json()
+
+    @property
+    def summary(self) -> JournalSummary | None:
+        if self._summary is None and isinstance(self.raw["summary"], dict):
+            try:
+                self._summary = summary_from_json(self.raw["summary"])
+            except (AttributeError, TypeError, ValueError):
+                return None
+        return self._summary
+
+    @summary.setter
+    def summary(self, value: JournalSummary) -> None:
+        self._summary, self.raw["summary"] = value, value.to_json()
+
+    @property
+    def not_a_journal(self) -> str | None:
+        value = self.raw["not_a_journal"]
+        return value if isinstance(value, str) else None
+
+    @not_a_journal.setter
+    def not_a_journal(self, value: str) -> None:
+        self.raw["not_a_journal"] = value
+
+
+_ENTRY_KEYS = frozenset({"stamp", "sig_stamp", "facts", "summary", "not_a_journal"})
 
 
 @dataclass
@@ -90,6 +139,8 @@ class VerifiedIndex:
     other_keys: dict[str, Any] = field(default_factory=dict)  # sections of other keys
     read: int = 0  # journal files read this run (the rest came from the index)
     reused: int = 0
+    changed: bool = False  # whether :meth:`save` has anything to write
+    _stamps: dict[str, tuple[Stamp | None, Stamp | None]] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: Path, trusted: Ed25519PublicKey | None,
@@ -99,8 +150,6 @@ class VerifiedIndex:
         index = cls(path, fingerprint(trusted), clock)
         try:
             document = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return index
         except (OSError, ValueError, RecursionError):
             return index
         if not isinstance(document, dict) or document.get("version") != VERSION:
@@ -109,20 +158,24 @@ class VerifiedIndex:
         if not isinstance(sections, dict):
             return index
         index.other_keys = {k: v for k, v in sections.items() if k != index.fingerprint}
-        try:
-            for name, raw in (sections.get(index.fingerprint) or {}).items():
-                index.entries[name] = _decode(raw)
-        except (KeyError, TypeError, ValueError):
-            index.entries = {}
+        mine = sections.get(index.fingerprint)
+        if isinstance(mine, dict):
+            index.entries = {key: _Entry(raw) for key, raw in mine.items()
+                             if isinstance(raw, dict) and raw.keys() == _ENTRY_KEYS
+                             and isinstance(raw["stamp"], list)}
         return index
 
     def _current(self, path: Path) -> tuple[str, Stamp | None, Stamp | None, _Entry | None]:
-        key = str(path.absolute())
-        stamp = _stamp(path)
-        sig_stamp = _stamp(signing.signature_path(path))
+        text = os.fspath(path)
+        key = text if text.startswith("/") else os.path.abspath(text)
+        stamps = self._stamps.get(key)
+        if stamps is None:  # once a run: a file read after its stat is stamped by then
+            stamps = self._stamps[key] = (_stamp(key), _stamp(key + signing.SUFFIX))
+        stamp, sig_stamp = stamps
         entry = self.entries.get(key)
-        if entry is not None and (entry.stamp != stamp or entry.sig_stamp != sig_stamp):
+        if entry is not None and not entry.matches(stamp, sig_stamp):
             del self.entries[key]
+            self.changed = True
             entry = None
         return key, stamp, sig_stamp, entry
 
@@ -135,14 +188,16 @@ class VerifiedIndex:
             return None
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = _Entry(stamp, sig_stamp)
+            entry = self.entries[key] = _Entry.new(stamp, sig_stamp)
+        self.changed = True
         return entry
 
     def facts(self, path: Path, trusted: Ed25519PublicKey | None) -> JournalFacts:
         key, stamp, sig_stamp, entry = self._current(path)
-        if entry is not None and entry.facts is not None:
+        known = entry.facts if entry is not None else None
+        if known is not None:
             self.reused += 1
-            return entry.facts
+            return known
         found = journal_facts(path, trusted)
         self.read += 1
         kept = self._keep(key, stamp, sig_stamp)
@@ -154,11 +209,11 @@ class VerifiedIndex:
         key, stamp, sig_stamp, entry = self._current(path)
         if entry is not None and entry.not_a_journal is not None:
             raise InvalidInput(entry.not_a_journal)
-        if entry is not None and entry.summary is not None:
+        known = entry.summary if entry is not None else None
+        if known is not None:
             self.reused += 1
-            if entry.summary.path != str(path):
-                return dataclasses.replace(entry.summary, path=str(path))
-            return entry.summary
+            return known if known.path == str(path) else dataclasses.replace(known,
+                                                                             path=str(path))
         try:
             found = read_summary(path)
         except InvalidInput as exc:
@@ -172,13 +227,14 @@ class VerifiedIndex:
         return found
 
     def save(self) -> None:
-        """Write the index (atomically), dropping entries of files that are gone."""
-        live = {key: entry for key, entry in self.entries.items()
-                if _stamp(Path(key)) == entry.stamp}
-        document = {"version": VERSION,
-                    "keys": {**self.other_keys,
-                             self.fingerprint: {key: _encode(entry)
-                                                for key, entry in live.items()}}}
+        """Write the index (atomically) when this run changed it, dropping entries of
+        files that are gone or changed."""
+        if not self.changed:
+            return
+        live = {key: entry.raw for key, entry in self.entries.items()
+                if entry.matches(*self._stamps.get(key) or
+                                 (_stamp(key), _stamp(key + signing.SUFFIX)))}
+        document = {"version": VERSION, "keys": {**self.other_keys, self.fingerprint: live}}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             replace_file(self.path, json.dumps(document, separators=(",", ":")).encode(),
@@ -186,30 +242,7 @@ class VerifiedIndex:
         except OSError as exc:
             raise InvalidInput(f"cannot write the verified index: {exc.strerror or exc}",
                                file=str(self.path)) from None
-
-
-def _encode(entry: _Entry) -> dict[str, Any]:
-    return {"stamp": entry.stamp, "sig_stamp": entry.sig_stamp,
-            "facts": entry.facts.to_json() if entry.facts else None,
-            "summary": entry.summary.to_json() if entry.summary else None,
-            "not_a_journal": entry.not_a_journal}
-
-
-def _decode(raw: dict[str, Any]) -> _Entry:
-    def stamp(value: Any) -> Stamp | None:
-        if value is None:
-            return None
-        dev, ino, size, mtime, ctime = (int(part) for part in value)
-        return (dev, ino, size, mtime, ctime)
-
-    main = stamp(raw["stamp"])
-    if main is None:
-        raise ValueError("an entry without a stamp")
-    facts, summary = raw.get("facts"), raw.get("summary")
-    return _Entry(main, stamp(raw.get("sig_stamp")),
-                  JournalFacts.from_json(facts) if isinstance(facts, dict) else None,
-                  summary_from_json(summary) if isinstance(summary, dict) else None,
-                  str(raw["not_a_journal"]) if raw.get("not_a_journal") else None)
+        self.changed = False
 
 
 def open_index(path: Path | None, trusted: Ed25519PublicKey | None) -> VerifiedIndex | None:

@@ -80,7 +80,10 @@ class JournalSummary:
 
     def to_json(self) -> dict[str, Any]:
         """Every field, as JSON (:func:`summary_from_json` reads it back)."""
-        return dataclasses.asdict(self)
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["verifiers"] = [vars(line).copy() for line in self.verifiers]
+        data["reasons"], data["slo_s"] = list(self.reasons), dict(self.slo_s)
+        return data
 
     @property
     def scenario(self) -> str:
@@ -184,13 +187,34 @@ def _sequence(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(JournalSummary))
+_FIELD_SET = frozenset(_FIELDS)
+_LINE_FIELDS = frozenset(f.name for f in dataclasses.fields(VerifierLine))
+
+
 def summary_from_json(data: dict[str, Any]) -> JournalSummary:
-    """The summary :meth:`JournalSummary.to_json` wrote (a verified index keeps them)."""
+    """The summary :meth:`JournalSummary.to_json` wrote (a verified index keeps them).
+
+    Built without the dataclasses' ``__init__`` (a warm index reads 10,000 of them per
+    run; ``__init__`` of the frozen lines costs most of that), after checking that
+    exactly the fields are there: :class:`ValueError` if not.
+    """
+    if data.keys() != _FIELD_SET:
+        raise ValueError("not a journal summary")
     fields = dict(data)
-    fields["verifiers"] = [VerifierLine(**line) for line in fields.get("verifiers") or []]
-    fields["injected_at"] = tuple(fields.get("injected_at") or ())
-    fields["tags"] = tuple(fields.get("tags") or ())
-    return JournalSummary(**fields)
+    lines = []
+    for line in fields["verifiers"] or ():
+        if line.keys() != _LINE_FIELDS:
+            raise ValueError("not a verifier line")
+        made = object.__new__(VerifierLine)
+        made.__dict__.update(line)
+        lines.append(made)
+    fields["verifiers"] = lines
+    fields["injected_at"] = tuple(fields["injected_at"] or ())
+    fields["tags"] = tuple(fields["tags"] or ())
+    summary = object.__new__(JournalSummary)
+    summary.__dict__.update(fields)
+    return summary
 
 
 def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, Any],

@@ -249,9 +249,25 @@ def projections(playbook: Playbook, runs: Sequence[ExperimentRun]
             project(percentile(rtos, 0.5), rpo, playbook.fleet))
 
 
-def _same_experiment(planned: PlannedExperiment, summary: JournalSummary) -> bool:
-    recorded = Path(summary.experiment_file)
-    return recorded.resolve() == planned.path.resolve() or recorded.name == planned.path.name
+class _ByExperiment:
+    """Journals grouped by the experiment they ran: a planned experiment is the one a
+    journal records when the file names or the resolved paths are the same."""
+
+    def __init__(self, journals: Sequence[tuple[Path, JournalSummary]]) -> None:
+        self._by_name: dict[str, list[tuple[Path, JournalSummary]]] = {}
+        self._by_path: dict[Path, list[tuple[Path, JournalSummary]]] = {}
+        resolved: dict[str, Path] = {}
+        for item in journals:
+            recorded = item[1].experiment_file
+            if recorded not in resolved:
+                resolved[recorded] = Path(recorded).resolve()
+            self._by_name.setdefault(Path(recorded).name, []).append(item)
+            self._by_path.setdefault(resolved[recorded], []).append(item)
+
+    def of(self, planned: PlannedExperiment) -> list[tuple[Path, JournalSummary]]:
+        found = {id(item): item for item in self._by_name.get(planned.path.name, [])}
+        found.update((id(item), item) for item in self._by_path.get(planned.path.resolve(), []))
+        return list(found.values())
 
 
 def runs_from_journals(playbook: Playbook, directory: Path,
@@ -271,17 +287,19 @@ def runs_from_journals(playbook: Playbook, directory: Path,
     if not verified and not rejected:
         raise InvalidInput("holds no gameday journal", file=str(directory))
     runs = []
+    by_experiment = _ByExperiment(verified)
+    problems = {j.path: str(j.problem) for j in evidence.rejected}
+    rejected_by_experiment = _ByExperiment([(j.path, j.summary) for j in evidence.rejected
+                                            if j.summary is not None])
     for planned in playbook.experiments:
-        mine = [(p, s) for p, s in verified if _same_experiment(planned, s)]
-        tampered = [j for j in evidence.rejected
-                    if j.summary is not None and _same_experiment(planned, j.summary)]
+        mine = by_experiment.of(planned)
         newest_ok = max((s.ended_at for _, s in mine), default=None)
-        newer_rejected = [j for j in tampered if j.summary is not None and (
-            newest_ok is None or j.summary.ended_at >= newest_ok)]
+        newer_rejected = [(p, s) for p, s in rejected_by_experiment.of(planned)
+                          if newest_ok is None or s.ended_at >= newest_ok]
         if newer_rejected:
-            worst = max(newer_rejected, key=lambda j: j.summary.ended_at if j.summary else 0)
-            why = f"evidence rejected: its newest journal {worst.path} did not verify: " \
-                  f"{worst.problem}"
+            worst, _ = max(newer_rejected, key=lambda item: item[1].ended_at)
+            why = f"evidence rejected: its newest journal {worst} did not verify: " \
+                  f"{problems[worst]}"
             runs.append(ExperimentRun(planned, exit_code=2, error=why))
             continue
         if not mine:

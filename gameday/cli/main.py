@@ -28,7 +28,7 @@ from gameday.targets import TARGET_KINDS, agent_tls
 
 #: The commands that only read (``audit verify`` too): they create no file anywhere
 #: but what they are told to write (``report -o``, ``coverage -o``).
-READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report", "plan"})
+READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "score", "report", "plan"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -371,7 +371,7 @@ def _command(args: argparse.Namespace) -> int:
             return _cmd_faults(args)
         if args.command == "lab":
             return _cmd_lab(args)
-        if args.command in ("play", "gate", "schedule", "coverage", "report"):
+        if args.command in ("play", "gate", "schedule", "coverage", "score", "report"):
             from gameday.cli.reports import dispatch
 
             return dispatch(args)

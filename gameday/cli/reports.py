@@ -23,7 +23,7 @@ from gameday.cli.results import publisher
 from gameday.targets import agent_tls
 from gameday.words import plural
 
-COMMANDS = ("play", "gate", "schedule", "coverage", "report")
+COMMANDS = ("play", "gate", "schedule", "coverage", "score", "report")
 
 
 def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +38,23 @@ def _index_argument(parser: argparse.ArgumentParser) -> None:
                         help="keep a verified index in FILE (default $GAMEDAY_EVIDENCE_INDEX; "
                              "none: verify every journal): only new or changed journals are "
                              "read; keep it where the journals' writers cannot write")
+
+
+def _score_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--half-life-days", type=float, default=30.0, metavar="DAYS",
+                        help="a passing run's points halve every DAYS (default 30)")
+    parser.add_argument("--weights", default="warning=1,critical=3", metavar="SEV=W,...",
+                        help="weight per SLO severity (tag severity:NAME; default "
+                             "warning=1,critical=3)")
+    parser.add_argument("--service-tag", default="service:", metavar="PREFIX",
+                        help="the experiment tag naming its service (default service:)")
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    from gameday.gamedays.score import Policy, parse_weights
+
+    return Policy(weights=parse_weights(args.weights), half_life_days=args.half_life_days,
+                  service_tag=args.service_tag)
 
 
 def _draw_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +142,10 @@ def add_commands(commands: Any) -> None:
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
+    gate.add_argument("--min-score", type=float, metavar="N",
+                      help="also fail unless the resilience score (gameday score) of the "
+                           "judged runs is at least N (0-100)")
+    _score_arguments(gate)
     gate.add_argument("--sign-key", type=Path, metavar="KEY",
                       help="sign every journal and the record with this Ed25519 key")
     add_output_argument(gate)
@@ -156,6 +177,21 @@ def add_commands(commands: Any) -> None:
     coverage.add_argument("--exclude-lab", action="store_true",
                           help="leave out evidence from the virtual lab")
     _index_argument(coverage)
+
+    score = command(commands, "score", "a resilience score per service, per coverage cell "
+                                       "and overall, from verified journals only",
+                    "gameday score journals/ --require playbooks/audit-coverage.yaml "
+                    "--public-key keys/gameday.key.pub")
+    score.add_argument("directory", type=Path, help="journals (searched recursively)")
+    score.add_argument("--require", type=Path, metavar="FILE",
+                       help="playbook or requirement file: required scenarios not run count "
+                            "as zero")
+    score.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                       help="count only journals signed by this Ed25519 key")
+    _score_arguments(score)
+    _index_argument(score)
+    add_output_argument(score)
+    add_result_arguments(score)
 
     report = command(commands, "report", "render a journal, or a game day's record "
                                          "(*.playbook.json), as HTML or Markdown",
@@ -269,7 +305,14 @@ def _gate(args: argparse.Namespace) -> int:
         print(f"gate: rejected {path}: {reason}", file=out)
     for chain in evidence.chains:
         print(f"evidence: {chain.line()}", file=out)
-    verdict = evaluate(playbook, runs, evidence)
+    score = None
+    if args.min_score is not None:
+        import time
+
+        from gameday.gamedays.gate import score_of
+
+        score = score_of(playbook, runs, evidence, time.time(), _policy(args))
+    verdict = evaluate(playbook, runs, evidence, score=score, min_score=args.min_score)
     write_outputs(verdict, runs, junit=args.junit, summary=args.summary,
                   command=f"gameday gate {args.playbook}")
     for case in verdict.failures:
@@ -317,7 +360,13 @@ def _coverage(args: argparse.Namespace) -> int:
     matrix = coverage.build(args.directory, trusted=trusted, exclude_lab=args.exclude_lab,
                             index=open_index(args.index, trusted))
     matrix.check(requirements)
-    _write(coverage.render(matrix, args.format), args.output)
+    score = None
+    if args.format == "html":
+        from gameday.gamedays.score import compute
+
+        score = compute(matrix.summaries, rejected=[(r.path, r.reason) for r in matrix.rejected],
+                        requirements=requirements, now=matrix.generated_at)
+    _write(coverage.render(matrix, args.format, score), args.output)
     for rejected in matrix.rejected:
         print(f"coverage: rejected {rejected.path}: {rejected.reason}", file=sys.stderr)
     for finding in matrix.findings:
@@ -326,6 +375,43 @@ def _coverage(args: argparse.Namespace) -> int:
         met = len(requirements) - len(matrix.findings)
         print(f"coverage: {met} of {len(requirements)} required cells met", file=sys.stderr)
     return matrix.exit_code
+
+
+def _score(args: argparse.Namespace) -> int:
+    import time
+
+    from gameday.errors import ObservabilityError
+    from gameday.evidence import checked, signing
+    from gameday.evidence.index import open_index
+    from gameday.gamedays.playbook import load_requirements
+    from gameday.gamedays.score import compute
+    from gameday.report.metrics import write_score_textfile
+
+    policy = _policy(args)
+    requirements = load_requirements(args.require) if args.require else []
+    trusted = signing.load_public(args.public_key) if args.public_key else None
+    results = publisher(args)
+    evidence = checked.check(args.directory, trusted, open_index(args.index, trusted))
+    if not evidence.verified and not evidence.rejected:
+        from gameday.errors import InvalidInput
+
+        raise InvalidInput("holds no gameday journal", file=str(args.directory))
+    score = compute([summary for _, summary in evidence.verified],
+                    rejected=[(str(j.path), str(j.problem)) for j in evidence.rejected],
+                    requirements=requirements, policy=policy, now=time.time())
+    if wants_json(args):
+        emit(score.to_json(), sys.stdout)
+    else:
+        print("\n".join(score.lines()))
+    if results is not None:
+        try:
+            if results.metrics_file is not None:
+                write_score_textfile(results.metrics_file, score)
+            if results.pushgateway is not None:
+                results.pushgateway.push_score(score)
+        except ObservabilityError as exc:
+            print(f"gameday: metrics not published: {exc}", file=sys.stderr)
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -349,5 +435,5 @@ def _report(args: argparse.Namespace) -> int:
 def dispatch(args: argparse.Namespace) -> int:
     """Run one of ``COMMANDS``."""
     handlers = {"play": _play, "gate": _gate, "schedule": _schedule, "coverage": _coverage,
-                "report": _report}
+                "score": _score, "report": _report}
     return handlers[args.command](args)

@@ -47,6 +47,7 @@ from gameday.evidence.index import VerifiedIndex
 from gameday.evidence.summary import JournalSummary
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
+from gameday.gamedays.score import GroupScore, Score
 from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")
@@ -487,8 +488,44 @@ def _run_link(path: str, sha: str) -> str:
             f"{name}</a> <code>{sha}</code>")
 
 
-def to_html(matrix: Matrix) -> str:
-    """A self-contained page (no script, no external resource)."""
+def _score_html(score: Score | None) -> str:
+    """The resilience score's section: overall, per service, per cell, each point's
+    journal hash."""
+    if score is None:
+        return ""
+
+    def value(group: GroupScore) -> str:
+        return "-" if group.value is None else f"{group.value:.1f}"
+
+    def rows(groups: Iterable[GroupScore]) -> str:
+        out = []
+        for group in groups:
+            traced = ", ".join(f"<code>{html.escape((p.sha256 or '')[:12])}</code>"
+                               for p in group.points[:6] if p.sha256)
+            more = f" … (+{len(group.points) - 6})" if len(group.points) > 6 else ""
+            not_run = sum(1 for p in group.points if p.journal is None)
+            out.append(f"<tr><td>{html.escape(group.name)}</td><td class=c>{value(group)}</td>"
+                       f"<td class=c>{group.weight:g}</td><td class=c>{not_run}</td>"
+                       f"<td>{traced}{more}</td></tr>")
+        return "".join(out)
+
+    head = ("<tr><th>{}</th><th>score</th><th>weight</th><th>not run</th>"
+            "<th>from journals (sha256)</th></tr>")
+    policy = score.policy
+    weights = ", ".join(f"{name} {weight:g}" for name, weight in sorted(policy.weights.items()))
+    return (f"<h2 id=score>Resilience score: {value(score.overall)}</h2>"
+            f"<p class=scope>From verified journals only: each scenario's newest run, weighted "
+            f"by SLO severity ({html.escape(weights)}), a pass halving every "
+            f"{policy.half_life_days:g} days; a required scenario not run counts as zero; "
+            f"{len(score.rejected)} rejected journals listed, never counted "
+            "(<code>gameday score</code>).</p>"
+            f"<table>{head.format('service')}{rows(score.services)}</table>"
+            f"<table>{head.format('cell')}{rows(score.cells)}</table>")
+
+
+def to_html(matrix: Matrix, score: Score | None = None) -> str:
+    """A self-contained page (no script, no external resource), with the resilience
+    ``score`` when one is given."""
     required = {r.cell: r for r in matrix.requirements}
     failing = {f.requirement.cell for f in matrix.findings}
     tampered = matrix.tampered_cells
@@ -561,7 +598,7 @@ def to_html(matrix: Matrix) -> str:
         "style-src 'unsafe-inline'\">"
         f"<title>gameday coverage</title><style>{_HTML_STYLE}</style></head><body>"
         f"<h1>Coverage matrix</h1><p class=scope>{html.escape(matrix.scope_line())}</p>"
-        f"{legend}{verdict}"
+        f"{legend}{verdict}{_score_html(score)}"
         f"<table><tr><th>fault kind</th>{head}</tr>{''.join(body)}</table>"
         "<h2>Verified scenarios by fault family</h2><table><tr><th>fault family</th>"
         f"<th>layer</th><th>kind</th><th>verified scenarios</th></tr>{audit}</table>"
@@ -572,7 +609,10 @@ def to_html(matrix: Matrix) -> str:
         f"{''.join(details)}</table>{rejected}</body></html>\n")
 
 
-def render(matrix: Matrix, fmt: str) -> str:
+def render(matrix: Matrix, fmt: str, score: Score | None = None) -> str:
+    """The matrix in ``fmt``; the HTML page carries ``score`` too."""
     if fmt not in FORMATS:
         raise InvalidInput(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    return {"md": to_markdown, "html": to_html, "csv": to_csv, "json": to_json}[fmt](matrix)
+    if fmt == "html":
+        return to_html(matrix, score)
+    return {"md": to_markdown, "csv": to_csv, "json": to_json}[fmt](matrix)

@@ -46,6 +46,9 @@ from gameday.evidence.summary import JournalSummary
 from gameday.gamedays.costs import CostProjection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
+from gameday.gamedays.score import Policy as ScorePolicy
+from gameday.gamedays.score import Score
+from gameday.gamedays.score import compute as compute_score
 from gameday.stats import percentile
 from gameday.words import plural
 
@@ -346,10 +349,38 @@ def _evidence_case(classname: str, evidence: GateEvidence) -> Case:
                 f"{lines[0]}{more}", detail="\n".join(lines))
 
 
+def _score_case(classname: str, score: Score, min_score: float) -> Case:
+    name = f"min_score: resilience score >= {min_score:g}"
+    value = score.overall.value
+    if value is None:
+        return Case(classname, name, "failed", "gate.min_score: no verified journal and no "
+                                               "requirement to score")
+    detail = (f"resilience score {value:.1f} over {len(score.overall.points)} points "
+              "(gameday score)")
+    if value >= min_score:
+        return Case(classname, name, "passed", detail=detail)
+    return Case(classname, name, "failed",
+                f"gate.min_score: resilience score {value:.1f} < {min_score:g} (short by "
+                f"{min_score - value:.1f})", detail=detail)
+
+
+def score_of(playbook: Playbook, runs: Sequence[ExperimentRun],
+             evidence: GateEvidence | None, now: float,
+             policy: ScorePolicy | None = None) -> Score:
+    """The resilience score of the runs the gate judges (their verified journals) against
+    the playbook's coverage requirements; rejected journals listed, never counted."""
+    return compute_score([run.summary for run in runs if run.summary is not None],
+                         rejected=[(str(p), r) for p, r in sorted(
+                             (evidence.rejected if evidence else {}).items())],
+                         requirements=playbook.requirements, policy=policy, now=now)
+
+
 def evaluate(playbook: Playbook, runs: Sequence[ExperimentRun],
-             evidence: GateEvidence | None = None) -> GateVerdict:
-    """Judge a playbook run: every experiment as expected, every SLO held, and (given its
-    ``evidence``) every journal verified."""
+             evidence: GateEvidence | None = None, *, score: Score | None = None,
+             min_score: float | None = None) -> GateVerdict:
+    """Judge a playbook run: every experiment as expected, every SLO held, (given its
+    ``evidence``) every journal verified, and (given ``min_score``) the ``score`` high
+    enough."""
     classname = f"gameday.{playbook.slug}"
     verdict = GateVerdict(playbook.title, chains=evidence.chains if evidence else [])
     verdict.projection, verdict.median_projection = projections(playbook, runs)
@@ -358,6 +389,8 @@ def evaluate(playbook: Playbook, runs: Sequence[ExperimentRun],
         verdict.cases.extend(_verifier_cases(run, classname))
     verdict.cases.extend(_threshold_cases(playbook.gate, runs, f"{classname}.gate",
                                           verdict.projection))
+    if min_score is not None and score is not None:
+        verdict.cases.append(_score_case(f"{classname}.gate", score, min_score))
     if evidence is not None and (evidence.rejected or evidence.problems):
         verdict.cases.append(_evidence_case(f"{classname}.gate", evidence))
     if not runs:

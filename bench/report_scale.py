@@ -10,13 +10,15 @@ journal and the head signed, then times with the trusted public key:
   requirements checked;
 - ``gate``: ``gate --journals`` over the same directory (verify, pick each experiment's
   newest journal) with every threshold set, the JUnit XML and the Markdown summary;
+- ``score``: ``gameday score --require`` (verify, score, its JSON with every point);
 
 each three ways: verifying every journal (no index), with a verified index that does not
 exist yet (cold: it is built) and with that index (warm: only the stamps, the links and
-the head are checked). Goal: warm <= 1 s each.
+the head are checked); the score without an index and with the warm one. Goals:
+coverage and gate warm <= 1 s each, score <= 5 s.
 
 Last line: ``report_scale: journals=10000 coverage_s=… coverage_cold_s=… coverage_warm_s=…
-gate_s=… gate_cold_s=… gate_warm_s=…``.
+gate_s=… gate_cold_s=… gate_warm_s=… score_s=… score_warm_s=…``.
 """
 
 import argparse
@@ -36,15 +38,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from faults.catalogue import CATALOGUE
-from gameday.evidence import signing
+from gameday.evidence import checked, signing
 from gameday.evidence.index import RACY_S, VerifiedIndex
 from gameday.evidence.journal import CHAIN_FILE, ChainHead, encode
 from gameday.experiment.extension import COVERAGE_LAYERS
-from gameday.gamedays import coverage
+from gameday.gamedays import coverage, score
 from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary, runs_from_journals
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
 
 WARM_GOAL_S = 1.0
+SCORE_GOAL_S = 5.0
 
 
 def synthetic_journal(rng: random.Random, index: int) -> dict[str, Any]:
@@ -189,6 +192,20 @@ def time_gate(directory: Path, playbook: Playbook, trusted: Ed25519PublicKey | N
     return elapsed, len(verdict.cases)
 
 
+def time_score(directory: Path, trusted: Ed25519PublicKey | None,
+               index: Path | None) -> tuple[float, float | None]:
+    """``gameday score --require``: verify, score every service, cell and the whole,
+    render its JSON (every point with its journal hash)."""
+    start = time.perf_counter()
+    opened = VerifiedIndex.open(index, trusted) if index is not None else None
+    evidence = checked.check(directory, trusted, opened)
+    result = score.compute([summary for _, summary in evidence.verified],
+                           rejected=[(str(j.path), str(j.problem)) for j in evidence.rejected],
+                           requirements=REQUIREMENTS, now=time.time())
+    json.dumps(result.to_json())
+    return time.perf_counter() - start, result.overall.value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--journals", type=int, default=10_000)
@@ -214,6 +231,8 @@ def main() -> None:
         gate_index = Path(tmp) / "gate-index.json"
         gate_cold_s, _ = time_gate(directory, playbook, trusted, gate_index)
         gate_warm_s, _ = time_gate(directory, playbook, trusted, gate_index)
+        score_s, overall = time_score(directory, trusted, None)
+        score_warm_s, _ = time_score(directory, trusted, index)
         index_mb = index.stat().st_size / 1e6
     print(f"journals: {args.journals} ({size / 1e6:.1f} MB, {size / args.journals / 1e3:.1f} KB "
           f"each), one hash chain, every journal and the head signed; index {index_mb:.1f} MB")
@@ -225,9 +244,13 @@ def main() -> None:
           f"journal {gate_full_s:.2f} s, index cold {gate_cold_s:.2f} s, warm {gate_warm_s:.2f} s "
           f"({gate_warm_s / WARM_GOAL_S:.2f} of the goal, "
           f"{gate_full_s / gate_warm_s:.1f}x faster)")
+    print(f"score: overall {overall:.1f}; verifying every journal {score_s:.2f} s "
+          f"({score_s / SCORE_GOAL_S:.2f} of the {SCORE_GOAL_S:g} s goal), with the warm index "
+          f"{score_warm_s:.2f} s")
     print(f"report_scale: journals={args.journals} coverage_s={full_s:.2f} "
           f"coverage_cold_s={cold_s:.2f} coverage_warm_s={warm_s:.2f} gate_s={gate_full_s:.2f} "
-          f"gate_cold_s={gate_cold_s:.2f} gate_warm_s={gate_warm_s:.2f}")
+          f"gate_cold_s={gate_cold_s:.2f} gate_warm_s={gate_warm_s:.2f} score_s={score_s:.2f} "
+          f"score_warm_s={score_warm_s:.2f}")
 
 
 if __name__ == "__main__":

@@ -259,13 +259,14 @@ class _ByExperiment:
     def __init__(self, journals: Sequence[tuple[Path, JournalSummary]]) -> None:
         self._by_name: dict[str, list[tuple[Path, JournalSummary]]] = {}
         self._by_path: dict[Path, list[tuple[Path, JournalSummary]]] = {}
-        resolved: dict[str, Path] = {}
+        known: dict[str, tuple[str, Path]] = {}  # recorded -> (file name, resolved path)
         for item in journals:
             recorded = item[1].experiment_file
-            if recorded not in resolved:
-                resolved[recorded] = Path(recorded).resolve()
-            self._by_name.setdefault(Path(recorded).name, []).append(item)
-            self._by_path.setdefault(resolved[recorded], []).append(item)
+            if recorded not in known:
+                known[recorded] = (Path(recorded).name, Path(recorded).resolve())
+            name, resolved = known[recorded]
+            self._by_name.setdefault(name, []).append(item)
+            self._by_path.setdefault(resolved, []).append(item)
 
     def of(self, planned: PlannedExperiment) -> list[tuple[Path, JournalSummary]]:
         found = {id(item): item for item in self._by_name.get(planned.path.name, [])}

@@ -187,3 +187,27 @@ def test_bad_score_options_are_bad_input(tmp_path: Path) -> None:
 def test_policy_defaults() -> None:
     assert Policy().weights == {"warning": 1.0, "critical": 3.0}
     assert Policy().half_life_days == 30.0
+
+
+def test_the_score_is_pushed_to_a_real_pushgateway(tmp_path: Path) -> None:
+    """``score --pushgateway``: the group ``score="resilience"`` on a real Pushgateway."""
+    import urllib.request
+
+    from tests.report.observability_helpers import pushgateway
+
+    directory = tmp_path / "j"
+    _write(directory, [_journal(experiment="experiments/a.yaml", passed=False, days_ago=0,
+                                tags=["service:inference"])])
+    gateway = pushgateway()
+    try:
+        result = gameday(["score", str(directory), "--pushgateway", gateway.url],
+                         cli_env(tmp_path))
+        assert result.returncode == 0 and "not published" not in result.stderr, result.stderr
+        with urllib.request.urlopen(gateway.url + "/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    finally:
+        gateway.close()
+    samples = [(s.labels, s.value) for family in text_string_to_metric_families(text)
+               if family.name == "gameday_resilience_score" for s in family.samples]
+    assert any(labels.get("score") == "resilience" and labels.get("scope") == "overall"
+               and value == 0.0 for labels, value in samples), samples

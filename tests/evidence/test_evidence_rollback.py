@@ -114,3 +114,42 @@ def test_the_named_attacks_are_named(tmp_path: Path) -> None:
     assert any(p.startswith("unsigned chain head: ") for p in result.problems), result.problems
     assert any(p.startswith("anchor: the chain head's sequence 3 is below the expected 4")
                for p in result.problems), result.problems
+
+
+def test_the_cli_prints_the_head_and_checks_anchors(tmp_path: Path) -> None:
+    """``audit verify``: the head to record on stderr (and in JSON), a rollback past the
+    anchor exit 1 naming it, a malformed anchor exit 2 in one line."""
+    import json
+
+    from gameday.evidence import signing
+    from tests.conftest import cli_env, gameday
+
+    key = tmp_path / "k" / "audit.key"
+    public = signing.generate(key)
+    chain = Chain.write(tmp_path / "j", 3, signing.load_private(key))
+    env = cli_env(tmp_path)
+    verified = gameday(["audit", "verify", str(chain.directory), "--public-key", str(public)],
+                       env)
+    head = read_head(chain.directory)
+    assert head is not None
+    assert verified.returncode == 0
+    assert verified.stderr.strip() == f"audit: head {head.sha256} sequence 3 (signed)"
+    document = json.loads(gameday(["audit", "verify", str(chain.directory), "--output",
+                                   "json"], env).stdout)
+    assert document["head"] == {"sha256": head.sha256, "journal": head.journal,
+                                "sequence": 3, "signed": True}
+    anchored = ["audit", "verify", str(chain.directory), "--public-key", str(public),
+                "--expect-head", head.sha256, "--min-sequence", "3"]
+    assert gameday(anchored, env).returncode == 0
+    # the attacker deletes the newest and restores the head they copied after run 2
+    attack(chain, "delete", 2, 0, THEIRS)
+    attack(chain, "replay-head", 1, 0, THEIRS)
+    assert gameday(["audit", "verify", str(chain.directory), "--public-key", str(public)],
+                   env).returncode == 0  # a state the key signed: only an anchor tells
+    rolled = gameday(anchored, env)
+    assert rolled.returncode == 1 and rolled.stdout.startswith("audit: FAILED: anchor: ")
+    for bad, words in ((["--expect-head", "xyz"], "--expect-head: not a SHA-256"),
+                       (["--min-sequence", "0"], "--min-sequence: must be at least 1")):
+        result = gameday(["audit", "verify", str(chain.directory), *bad], env)
+        assert result.returncode == 2 and words in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1

@@ -48,13 +48,17 @@ def _score_arguments(parser: argparse.ArgumentParser) -> None:
                              "warning=1,critical=3)")
     parser.add_argument("--service-tag", default="service:", metavar="PREFIX",
                         help="the experiment tag naming its service (default service:)")
+    parser.add_argument("--services", type=Path, metavar="FILE",
+                        help="configured services: YAML 'services: {NAME: [GLOB, ...]}' over "
+                             "experiment files (before the tags)")
 
 
 def _policy(args: argparse.Namespace) -> Any:
-    from gameday.gamedays.score import Policy, parse_weights
+    from gameday.gamedays.score import Policy, load_services, parse_weights
 
     return Policy(weights=parse_weights(args.weights), half_life_days=args.half_life_days,
-                  service_tag=args.service_tag)
+                  service_tag=args.service_tag,
+                  services=load_services(args.services) if args.services else ())
 
 
 def _draw_arguments(parser: argparse.ArgumentParser) -> None:

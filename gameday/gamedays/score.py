@@ -13,20 +13,25 @@ The formula (docs/gamedays.md), per group of scenarios (a service, a coverage ce
 - the group's score is ``100 x sum(points) / sum(weights)``, None for a group with neither
   scenarios nor requirements.
 
-A scenario's *service* is the value of its experiment's first ``service:NAME`` tag (the
-prefix is :attr:`Policy.service_tag`), else ``untagged``. Only journals that verified are
+A scenario's *service* is the first group of a services file (:func:`load_services`,
+``services: {NAME: [glob, ...]}`` over experiment file paths) that matches its experiment
+file, else the value of its experiment's first ``service:NAME`` tag (the prefix is
+:attr:`Policy.service_tag`), else ``untagged``. Only journals that verified are
 read (the caller passes them); the journals that did not are listed with the reason and
 neither lower nor raise anything. Every point names the journal (path and SHA-256) it
 came from.
 """
 
 import datetime
+import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gameday.errors import InvalidInput
 from gameday.evidence.summary import JournalSummary
+from gameday.experiment.docfields import Document
 from gameday.gamedays.playbook import Requirement
 
 DEFAULT_WEIGHTS = {"warning": 1.0, "critical": 3.0}
@@ -38,11 +43,40 @@ DAY_S = 86_400.0
 
 @dataclass(frozen=True)
 class Policy:
-    """How points are weighed: severity weights, the staleness half-life, the service tag."""
+    """How points are weighed and grouped: severity weights, the staleness half-life, the
+    service tag, and configured services (name -> globs over experiment files)."""
 
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     half_life_days: float = 30.0
     service_tag: str = "service:"
+    services: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def service_of(self, summary: JournalSummary) -> str:
+        for name, patterns in self.services:
+            if any(fnmatch.fnmatchcase(summary.experiment_file, p) for p in patterns):
+                return name
+        return _tagged(summary.tags, self.service_tag) or UNTAGGED
+
+
+def load_services(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A services file: ``services: {NAME: [GLOB, ...]}``, globs over the experiment file
+    a journal records (``experiments/inference-*.yaml``); in file order."""
+    doc = Document.read(path)
+    doc.only_keys("", ["services"])
+    services = doc.mapping("services", required=True)
+    if not services:
+        doc.fail("names no service", "services")
+    groups = []
+    for name in services:
+        patterns = doc.sequence(f"services.{name}", required=True)
+        for n, pattern in enumerate(patterns):
+            if not isinstance(pattern, str) or not pattern:
+                doc.fail(f"must be a glob over experiment files, got {pattern!r}",
+                         f"services.{name}[{n}]")
+        if not patterns:
+            doc.fail("lists no experiment glob", f"services.{name}")
+        groups.append((str(name), tuple(patterns)))
+    return tuple(groups)
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -126,6 +160,8 @@ class Score:
                 "formula": {"weights": self.policy.weights,
                             "half_life_days": self.policy.half_life_days,
                             "service_tag": self.policy.service_tag,
+                            "services": {name: list(globs)
+                                         for name, globs in self.policy.services},
                             "not_run": "weight 1, 0 points"},
                 "overall": self.overall.to_json(),
                 "services": [g.to_json() for g in self.services],
@@ -175,7 +211,7 @@ def _point(summary: JournalSummary, policy: Policy, now: float) -> Point:
     weight = policy.weights.get(severity, policy.weights[DEFAULT_SEVERITY])
     age = max(0.0, now - summary.ended_at) / DAY_S
     decay = 0.5 ** (age / policy.half_life_days) if policy.half_life_days > 0 else 1.0
-    return Point(summary.scenario, _tagged(summary.tags, policy.service_tag) or UNTAGGED,
+    return Point(summary.scenario, policy.service_of(summary),
                  summary.fault, summary.layer, severity, weight, summary.passed, age, decay,
                  weight * decay if summary.passed else 0.0, summary.path, summary.sha256)
 

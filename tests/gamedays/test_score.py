@@ -211,3 +211,24 @@ def test_the_score_is_pushed_to_a_real_pushgateway(tmp_path: Path) -> None:
                if family.name == "gameday_resilience_score" for s in family.samples]
     assert any(labels.get("score") == "resilience" and labels.get("scope") == "overall"
                and value == 0.0 for labels, value in samples), samples
+
+
+def test_a_services_file_groups_before_the_tags(tmp_path: Path) -> None:
+    directory = tmp_path / "j"
+    _write(directory, [
+        _journal(experiment="experiments/inference-ecc.yaml", passed=True, days_ago=0,
+                 tags=["service:other"]),
+        _journal(experiment="experiments/train-kill.yaml", passed=False, days_ago=0,
+                 tags=["service:training"])])
+    services = tmp_path / "services.yaml"
+    services.write_text("services:\n  serving: ['experiments/inference-*.yaml']\n")
+    env = cli_env(tmp_path)
+    result = gameday(["score", str(directory), "--services", str(services), "--output",
+                      "json"], env)
+    assert result.returncode == 0, result.stderr
+    groups = {g["name"]: g["score"] for g in json.loads(result.stdout)["services"]}
+    assert set(groups) == {"serving", "training"} and groups["training"] == 0
+    services.write_text("services:\n  serving: [3]\n")
+    bad = gameday(["score", str(directory), "--services", str(services)], env)
+    assert bad.returncode == 2
+    assert f"{services}:2: services.serving[0]: must be a glob" in bad.stderr, bad.stderr

@@ -156,6 +156,13 @@ def _section(document: dict[str, Any] | None) -> dict[str, Any]:
 
 def journal_facts(path: Path, trusted: Ed25519PublicKey | None) -> JournalFacts:
     """Read, hash and check one journal file (and its signature file)."""
+    return read_facts(path, trusted)[0]
+
+
+def read_facts(path: Path, trusted: Ed25519PublicKey | None
+               ) -> tuple[JournalFacts, dict[str, Any] | None]:
+    """:func:`journal_facts`, and the journal as parsed (None when it is not a JSON
+    object), so that a caller can summarize it without reading the file again."""
     data = read_limited(path, MAX_JSON_BYTES, "a journal")
     try:
         parsed = json.loads(data)
@@ -173,7 +180,7 @@ def journal_facts(path: Path, trusted: Ed25519PublicKey | None) -> JournalFacts:
         sequence=sequence if isinstance(sequence, int) and not isinstance(sequence, bool)
         else None,
         signature_problem=problem,
-        signed=problem is None and signing.signature_path(path).exists())
+        signed=problem is None and signing.signature_path(path).exists()), document
 
 
 def _head_problems(head: ChainHead, newest: JournalFacts | None,

@@ -17,9 +17,15 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gameday.errors import InvalidInput
-from gameday.evidence.audit import AuditResult, journal_facts, verify_directories, verify_tree
+from gameday.evidence.audit import (
+    AuditResult,
+    JournalFacts,
+    read_facts,
+    verify_directories,
+    verify_tree,
+)
 from gameday.evidence.index import VerifiedIndex
-from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
+from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary, summarize
 
 
 @dataclass(frozen=True)
@@ -83,16 +89,43 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+class _ReadOnce:
+    """Facts and summary of each journal from one read, one parse and one hash (without
+    an index, verification and summaries would each read every file)."""
+
+    def __init__(self) -> None:
+        self._summaries: dict[Path, JournalSummary | InvalidInput] = {}
+
+    def facts(self, path: Path, trusted: Ed25519PublicKey | None) -> JournalFacts:
+        found, document = read_facts(path, trusted)
+        if document is not None:
+            try:
+                self._summaries[path] = summarize(document, path=str(path),
+                                                  sha256=found.sha256)
+            except InvalidInput as exc:
+                self._summaries[path] = exc
+        return found
+
+    def summary(self, path: Path) -> JournalSummary:
+        known = self._summaries.pop(path, None)
+        if known is None:
+            return read_summary(path)
+        if isinstance(known, InvalidInput):
+            raise known
+        return known
+
+
 def _check(root: Path, trusted: Ed25519PublicKey | None,
            index: VerifiedIndex | None) -> Evidence:
-    facts = index.facts if index is not None else journal_facts
-    summarize = index.summary if index is not None else read_summary
+    once = _ReadOnce()
+    facts = index.facts if index is not None else once.facts
+    summarize_file = index.summary if index is not None else once.summary
     chains = verify_directories(root, trusted, is_journal=is_journal_file, facts=facts)
     verdicts = verify_tree(root, trusted, is_journal=is_journal_file, results=chains)
     evidence = Evidence(root, chains=chains, trusted=trusted is not None)
     for path, problem in verdicts.items():
         try:
-            summary: JournalSummary | None = summarize(path)
+            summary: JournalSummary | None = summarize_file(path)
         except InvalidInput:
             summary = None
         evidence.journals.append(CheckedJournal(path, summary, problem))

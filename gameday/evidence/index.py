@@ -42,8 +42,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gameday.atomic import replace_file
 from gameday.errors import InvalidInput
 from gameday.evidence import signing
-from gameday.evidence.audit import JournalFacts, journal_facts
-from gameday.evidence.summary import JournalSummary, read_summary, summary_from_json
+from gameday.evidence.audit import JournalFacts, read_facts
+from gameday.evidence.summary import (
+    JournalSummary,
+    read_summary,
+    summarize,
+    summary_from_json,
+)
 
 VERSION = 1
 #: Files changed this recently (seconds, by ctime) are read but not indexed.
@@ -204,11 +209,16 @@ class VerifiedIndex:
         if known is not None:
             self.reused += 1
             return known
-        found = journal_facts(path, trusted)
+        found, document = read_facts(path, trusted)
         self.read += 1
         kept = self._keep(key, stamp, sig_stamp)
         if kept is not None:
             kept.facts = found
+            if document is not None and kept.summary is None:  # from the same read
+                try:
+                    kept.summary = summarize(document, path=str(path), sha256=found.sha256)
+                except InvalidInput as exc:
+                    kept.not_a_journal = str(exc)
         return found
 
     def summary(self, path: Path) -> JournalSummary:

@@ -65,9 +65,17 @@ class Cell:
     fault: str
     layer: str
     summaries: list[JournalSummary] = field(default_factory=list)
+    #: (number of summaries it was computed over, scenarios, passing) — renderings ask
+    #: for both counts of every cell several times
+    _counts: tuple[int, int, int] = field(default=(-1, 0, 0), repr=False, compare=False)
 
     def add(self, summary: JournalSummary) -> None:
         self.summaries.append(summary)
+
+    def _scenario_counts(self) -> tuple[int, int]:
+        if self._counts[0] != len(self.summaries):
+            self._counts = (len(self.summaries), *scenario_counts(self.summaries))
+        return self._counts[1], self._counts[2]
 
     def counted(self, *, real: bool = False, newer_than: float = 0.0) -> list[JournalSummary]:
         """The runs a requirement may count: real targets only, ended after ``newer_than``."""
@@ -108,19 +116,21 @@ class Cell:
 
     @property
     def scenarios(self) -> int:
-        return scenario_counts(self.summaries)[0]
+        return self._scenario_counts()[0]
 
     @property
     def passing_scenarios(self) -> int:
-        return scenario_counts(self.summaries)[1]
+        return self._scenario_counts()[1]
 
     @property
     def rto_p50(self) -> float | None:
-        return percentile(self.rtos, 0.5) if self.rtos else None
+        rtos = self.rtos
+        return percentile(rtos, 0.5) if rtos else None
 
     @property
     def rto_p95(self) -> float | None:
-        return percentile(self.rtos, 0.95) if self.rtos else None
+        rtos = self.rtos
+        return percentile(rtos, 0.95) if rtos else None
 
     def to_json(self) -> dict[str, Any]:
         return {"fault": self.fault, "layer": self.layer, "runs": self.runs,

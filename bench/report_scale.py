@@ -14,7 +14,8 @@ journal and the head signed, then times with the trusted public key:
 
 each three ways: verifying every journal (no index), with a verified index that does not
 exist yet (cold: it is built) and with that index (warm: only the stamps, the links and
-the head are checked); the score without an index and with the warm one. Goals:
+the head are checked; the fastest of ``--repeat`` runs); the score without an index and
+with the warm one. Goals:
 coverage and gate warm <= 1 s each, score <= 5 s.
 
 Last line: ``report_scale: journals=10000 coverage_s=… coverage_cold_s=… coverage_warm_s=…
@@ -210,6 +211,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--journals", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="warm runs to time; the fastest is reported (default 3), as a "
+                             "loaded machine only ever adds time")
     args = parser.parse_args()
     key = Ed25519PrivateKey.generate()
     trusted = key.public_key()
@@ -226,13 +230,15 @@ def main() -> None:
         playbook = bench_playbook(directory)
         full_s, matrix = time_coverage(directory, trusted, None)
         cold_s, _ = time_coverage(directory, trusted, index)
-        warm_s, _ = time_coverage(directory, trusted, index)
+        warm_s = min(time_coverage(directory, trusted, index)[0] for _ in range(args.repeat))
         gate_full_s, cases = time_gate(directory, playbook, trusted, None)
         gate_index = Path(tmp) / "gate-index.json"
         gate_cold_s, _ = time_gate(directory, playbook, trusted, gate_index)
-        gate_warm_s, _ = time_gate(directory, playbook, trusted, gate_index)
+        gate_warm_s = min(time_gate(directory, playbook, trusted, gate_index)[0]
+                          for _ in range(args.repeat))
         score_s, overall = time_score(directory, trusted, None)
-        score_warm_s, _ = time_score(directory, trusted, index)
+        score_warm_s = min(time_score(directory, trusted, index)[0]
+                           for _ in range(args.repeat))
         index_mb = index.stat().st_size / 1e6
     print(f"journals: {args.journals} ({size / 1e6:.1f} MB, {size / args.journals / 1e3:.1f} KB "
           f"each), one hash chain, every journal and the head signed; index {index_mb:.1f} MB")

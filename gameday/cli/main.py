@@ -33,7 +33,7 @@ ORCHESTRATOR_MODULES = frozenset({"chaoslib", "chaostoolkit", "requests", "urlli
 
 #: The commands that only read (``audit verify`` too): they create no file anywhere
 #: but what they are told to write (``report -o``, ``coverage -o``).
-READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "report", "plan"})
+READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "score", "report", "plan"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,7 +103,14 @@ def _parser() -> argparse.ArgumentParser:
                      "gameday audit verify journals/ --public-key gameday.key.pub")
     verify.add_argument("directory", type=Path, help="a directory of journals (one chain)")
     verify.add_argument("--public-key", type=Path, metavar="KEY.pub",
-                        help="require every journal to be signed by this key")
+                        help="require every journal, and the chain head, to be signed by "
+                             "this key")
+    verify.add_argument("--expect-head", metavar="SHA256",
+                        help="an anchor kept outside the directory: the chain must still "
+                             "hold this journal hash (a head published earlier)")
+    verify.add_argument("--min-sequence", type=int, metavar="N",
+                        help="an anchor kept outside the directory: the chain head's "
+                             "sequence number must be at least N")
     add_output_argument(verify)
     keygen = command(audit_commands, "keygen", "write an Ed25519 key pair",
                      "gameday audit keygen gameday.key")
@@ -287,14 +294,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if not args.directory.is_dir():
         raise InvalidInput("is not a directory of journals", file=str(args.directory))
     trusted = signing.load_public(args.public_key) if args.public_key else None
-    result = audit.verify(args.directory, trusted)
+    anchor = audit.anchor_from(args.expect_head, args.min_sequence)
+    result = audit.verify(args.directory, trusted, anchor=anchor)
     if wants_json(args):
         emit({"directory": str(args.directory), "ok": result.ok, "journals": result.journals,
               "signed": result.signed, "problems": result.problems,
               "verified": result.verified, "rejected": result.rejected,
-              "exit_code": 0 if result.ok else 1}, sys.stdout)
+              "head": result.head_json(), "exit_code": 0 if result.ok else 1}, sys.stdout)
     else:
         print(result.line())
+        head = result.head_line()
+        if head is not None:  # what to record as an anchor; stdout keeps the one verdict
+            print(head, file=sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -388,7 +399,7 @@ def _command(args: argparse.Namespace) -> int:
             return _cmd_faults(args)
         if args.command == "lab":
             return _cmd_lab(args)
-        if args.command in ("play", "gate", "schedule", "coverage", "report"):
+        if args.command in ("play", "gate", "schedule", "coverage", "score", "report"):
             from gameday.cli.reports import dispatch
 
             return dispatch(args)

@@ -23,7 +23,7 @@ from gameday.cli.results import publisher
 from gameday.stats import plural
 from gameday.targets import agent_tls
 
-COMMANDS = ("play", "gate", "schedule", "coverage", "report")
+COMMANDS = ("play", "gate", "schedule", "coverage", "score", "report")
 
 
 def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +36,34 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", choices=("training", "serving"),
                         help="what the fleet runs (default training; serving: nothing is "
                              "projected, the model is synchronous training's)")
+
+
+def _index_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index", type=Path, metavar="FILE",
+                        help="keep a verified index in FILE (default $GAMEDAY_EVIDENCE_INDEX; "
+                             "none: verify every journal): only new or changed journals are "
+                             "read; keep it where the journals' writers cannot write")
+
+
+def _score_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--half-life-days", type=float, default=30.0, metavar="DAYS",
+                        help="a passing run's points halve every DAYS (default 30)")
+    parser.add_argument("--weights", default="warning=1,critical=3", metavar="SEV=W,...",
+                        help="weight per SLO severity (tag severity:NAME; default "
+                             "warning=1,critical=3)")
+    parser.add_argument("--service-tag", default="service:", metavar="PREFIX",
+                        help="the experiment tag naming its service (default service:)")
+    parser.add_argument("--services", type=Path, metavar="FILE",
+                        help="configured services: YAML 'services: {NAME: [GLOB, ...]}' over "
+                             "experiment files (before the tags)")
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    from gameday.gamedays.score import Policy, load_services, parse_weights
+
+    return Policy(weights=parse_weights(args.weights), half_life_days=args.half_life_days,
+                  service_tag=args.service_tag,
+                  services=load_services(args.services) if args.services else ())
 
 
 def _draw_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,11 +145,16 @@ def add_commands(commands: Any) -> None:
                            "instead of running them")
     gate.add_argument("--public-key", type=Path, metavar="KEY.pub",
                       help="count only journals signed by this Ed25519 key")
+    _index_argument(gate)
     gate.add_argument("--lab-dir", type=Path, metavar="DIR", help="lab directory")
     _draw_arguments(gate)
     gate.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
     gate.add_argument("--summary", type=Path, metavar="FILE",
                       help="write a Markdown summary (for a pull-request comment)")
+    gate.add_argument("--min-score", type=float, metavar="N",
+                      help="also fail unless the resilience score (gameday score) of the "
+                           "judged runs is at least N (0-100)")
+    _score_arguments(gate)
     gate.add_argument("--sign-key", type=Path, metavar="KEY",
                       help="sign every journal and the record with this Ed25519 key")
     add_output_argument(gate)
@@ -152,6 +185,22 @@ def add_commands(commands: Any) -> None:
                           help="count only journals signed by this Ed25519 key")
     coverage.add_argument("--exclude-lab", action="store_true",
                           help="leave out evidence from the virtual lab")
+    _index_argument(coverage)
+
+    score = command(commands, "score", "a resilience score per service, per coverage cell "
+                                       "and overall, from verified journals only",
+                    "gameday score journals/ --require playbooks/audit-coverage.yaml "
+                    "--public-key keys/gameday.key.pub")
+    score.add_argument("directory", type=Path, help="journals (searched recursively)")
+    score.add_argument("--require", type=Path, metavar="FILE",
+                       help="playbook or requirement file: required scenarios not run count "
+                            "as zero")
+    score.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                       help="count only journals signed by this Ed25519 key")
+    _score_arguments(score)
+    _index_argument(score)
+    add_output_argument(score)
+    add_result_arguments(score)
 
     report = command(commands, "report", "render a journal, or a game day's record "
                                          "(*.playbook.json), as HTML or Markdown",
@@ -240,6 +289,7 @@ def _play(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace) -> int:
     from gameday.evidence import signing
+    from gameday.evidence.index import open_index
     from gameday.gamedays.gate import (
         evaluate,
         reject_unverified,
@@ -252,17 +302,28 @@ def _gate(args: argparse.Namespace) -> int:
     trusted = signing.load_public(args.public_key) if args.public_key else None
     if args.journals is not None:
         playbook = _load(args)
-        runs, rejected = runs_from_journals(playbook, args.journals, trusted)
+        evidence = runs_from_journals(playbook, args.journals, trusted,
+                                      open_index(args.index, trusted))
     else:
         result = _played(args, verdict_line=False)
         if result.interrupted_exit is not None:
             return result.interrupted_exit
-        playbook, runs = result.playbook, result.runs
-        rejected = reject_unverified(runs, trusted)
+        playbook = result.playbook
+        evidence = reject_unverified(result.runs, trusted)
+    runs, rejected = evidence.runs, evidence.rejected
     out = _people(args)
     for path, reason in rejected.items():
         print(f"gate: rejected {path}: {reason}", file=out)
-    verdict = evaluate(playbook, runs)
+    for chain in evidence.chains:
+        print(f"evidence: {chain.line()}", file=out)
+    score = None
+    if args.min_score is not None:
+        import time
+
+        from gameday.gamedays.gate import score_of
+
+        score = score_of(playbook, runs, evidence, time.time(), _policy(args))
+    verdict = evaluate(playbook, runs, evidence, score=score, min_score=args.min_score)
     write_outputs(verdict, runs, junit=args.junit, summary=args.summary,
                   command=f"gameday gate {args.playbook}")
     for case in verdict.failures:
@@ -278,6 +339,7 @@ def _gate(args: argparse.Namespace) -> int:
               "cases": [dataclasses.asdict(case) for case in verdict.cases],
               "runs": [run.to_json() for run in runs],
               "rejected": {str(path): reason for path, reason in rejected.items()},
+              "chains": [dataclasses.asdict(chain) for chain in evidence.chains],
               "junit": str(args.junit) if args.junit else None,
               "summary": str(args.summary) if args.summary else None}, sys.stdout)
     return verdict.exit_code
@@ -300,14 +362,22 @@ def _schedule(args: argparse.Namespace) -> int:
 
 def _coverage(args: argparse.Namespace) -> int:
     from gameday.evidence import signing
+    from gameday.evidence.index import open_index
     from gameday.gamedays import coverage
     from gameday.gamedays.playbook import load_requirements
 
     requirements = load_requirements(args.require) if args.require else []
     trusted = signing.load_public(args.public_key) if args.public_key else None
-    matrix = coverage.build(args.directory, trusted=trusted, exclude_lab=args.exclude_lab)
+    matrix = coverage.build(args.directory, trusted=trusted, exclude_lab=args.exclude_lab,
+                            index=open_index(args.index, trusted))
     matrix.check(requirements)
-    _write(coverage.render(matrix, args.format), args.output)
+    score = None
+    if args.format == "html":
+        from gameday.gamedays.score import compute
+
+        score = compute(matrix.summaries, rejected=[(r.path, r.reason) for r in matrix.rejected],
+                        requirements=requirements, now=matrix.generated_at)
+    _write(coverage.render(matrix, args.format, score), args.output)
     for rejected in matrix.rejected:
         print(f"coverage: rejected {rejected.path}: {rejected.reason}", file=sys.stderr)
     for finding in matrix.findings:
@@ -316,6 +386,43 @@ def _coverage(args: argparse.Namespace) -> int:
         met = len(requirements) - len(matrix.findings)
         print(f"coverage: {met} of {len(requirements)} required cells met", file=sys.stderr)
     return matrix.exit_code
+
+
+def _score(args: argparse.Namespace) -> int:
+    import time
+
+    from gameday.errors import ObservabilityError
+    from gameday.evidence import checked, signing
+    from gameday.evidence.index import open_index
+    from gameday.gamedays.playbook import load_requirements
+    from gameday.gamedays.score import compute
+    from gameday.report.metrics import write_score_textfile
+
+    policy = _policy(args)
+    requirements = load_requirements(args.require) if args.require else []
+    trusted = signing.load_public(args.public_key) if args.public_key else None
+    results = publisher(args)
+    evidence = checked.check(args.directory, trusted, open_index(args.index, trusted))
+    if not evidence.verified and not evidence.rejected:
+        from gameday.errors import InvalidInput
+
+        raise InvalidInput("holds no gameday journal", file=str(args.directory))
+    score = compute([summary for _, summary in evidence.verified],
+                    rejected=[(str(j.path), str(j.problem)) for j in evidence.rejected],
+                    requirements=requirements, policy=policy, now=time.time())
+    if wants_json(args):
+        emit(score.to_json(), sys.stdout)
+    else:
+        print("\n".join(score.lines()))
+    if results is not None:
+        try:
+            if results.metrics_file is not None:
+                write_score_textfile(results.metrics_file, score)
+            if results.pushgateway is not None:
+                results.pushgateway.push_score(score)
+        except ObservabilityError as exc:
+            print(f"gameday: metrics not published: {exc}", file=sys.stderr)
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -339,5 +446,5 @@ def _report(args: argparse.Namespace) -> int:
 def dispatch(args: argparse.Namespace) -> int:
     """Run one of ``COMMANDS``."""
     handlers = {"play": _play, "gate": _gate, "schedule": _schedule, "coverage": _coverage,
-                "report": _report}
+                "score": _score, "report": _report}
     return handlers[args.command](args)

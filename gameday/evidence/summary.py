@@ -6,6 +6,7 @@ A journal is the toolkit's journal plus the ``gameday`` section ``gameday run`` 
 evidence the coverage matrix and the gate cite.
 """
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -74,6 +75,15 @@ class JournalSummary:
     rpo_records: float | None = None  # records (messages) lost, from stream offsets
     hash_match: bool | None = None  # every prediction-hash comparison matched
     slo_s: dict[str, float] = field(default_factory=dict)  # objective -> bound in seconds
+    sequence: int | None = None  # its place in its directory's hash chain
+    tags: tuple[str, ...] = ()  # the experiment's tags
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, as JSON (:func:`summary_from_json` reads it back)."""
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["verifiers"] = [vars(line).copy() for line in self.verifiers]
+        data["reasons"], data["slo_s"] = list(self.reasons), dict(self.slo_s)
+        return data
 
     @property
     def scenario(self) -> str:
@@ -149,7 +159,9 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         rto_slo_s=_number((extension.get("slo") or {}).get("rto_s")),
         injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})),
         target=str(gd.get("target") or "none"), target_source=str(gd.get("target_source") or ""),
-        host=str((gd.get("environment") or {}).get("host") or ""), faults_injected=len(faults))
+        host=str((gd.get("environment") or {}).get("host") or ""), faults_injected=len(faults),
+        sequence=_sequence(gd.get("sequence")),
+        tags=tuple(str(tag) for tag in experiment.get("tags") or () if isinstance(tag, str)))
     for result in gd.get("verifiers") or []:
         measurement = result.get("measurement") or {}
         summary.verifiers.append(VerifierLine(
@@ -168,6 +180,40 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         summary.recover_s = round(max(0.0, summary.rto_s - summary.detect_s), 3)
     if summary.rto_slo_s is not None:
         summary.slo_s.setdefault("rto", summary.rto_slo_s)
+    return summary
+
+
+def _sequence(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(JournalSummary))
+_FIELD_SET = frozenset(_FIELDS)
+_LINE_FIELDS = frozenset(f.name for f in dataclasses.fields(VerifierLine))
+
+
+def summary_from_json(data: dict[str, Any]) -> JournalSummary:
+    """The summary :meth:`JournalSummary.to_json` wrote (a verified index keeps them).
+
+    Built without the dataclasses' ``__init__`` (a warm index reads 10,000 of them per
+    run; ``__init__`` of the frozen lines costs most of that), after checking that
+    exactly the fields are there: :class:`ValueError` if not.
+    """
+    if data.keys() != _FIELD_SET:
+        raise ValueError("not a journal summary")
+    fields = dict(data)
+    lines = []
+    for line in fields["verifiers"] or ():
+        if line.keys() != _LINE_FIELDS:
+            raise ValueError("not a verifier line")
+        made = object.__new__(VerifierLine)
+        made.__dict__.update(line)
+        lines.append(made)
+    fields["verifiers"] = lines
+    fields["injected_at"] = tuple(fields["injected_at"] or ())
+    fields["tags"] = tuple(fields["tags"] or ())
+    summary = object.__new__(JournalSummary)
+    summary.__dict__.update(fields)
     return summary
 
 
@@ -222,15 +268,18 @@ def _top_level_sections(text: str) -> dict[str, Any] | None:
             return None
     marker = '\n  "experiment": {'
     at = text.find(marker)
-    if at >= 0:
-        title = text.find('\n    "title": ', at)
-        end = text.find('\n  },', at)
-        if 0 <= title < end:
-            try:
-                value, _ = _DECODER.raw_decode(text, title + len('\n    "title": '))
-            except ValueError:
-                return None
-            sections["experiment"] = {"title": value}
+    end = text.find('\n  },', at) if at >= 0 else -1
+    if end >= 0:
+        experiment: dict[str, Any] = {}
+        for key in ("tags", "title"):
+            inner = f'\n    "{key}": '
+            found = text.find(inner, at, end)
+            if found >= 0:
+                try:
+                    experiment[key], _ = _DECODER.raw_decode(text, found + len(inner))
+                except ValueError:
+                    return None
+        sections["experiment"] = experiment
     return sections if "gameday" in sections else None
 
 

@@ -42,10 +42,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from faults.catalogue import CATALOGUE
 from gameday import __version__
 from gameday.errors import InvalidInput
-from gameday.evidence.audit import verify_tree
-from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
+from gameday.evidence import checked
+from gameday.evidence.index import VerifiedIndex
+from gameday.evidence.summary import JournalSummary
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
+from gameday.gamedays.score import GroupScore, Score
 from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")
@@ -63,9 +65,17 @@ class Cell:
     fault: str
     layer: str
     summaries: list[JournalSummary] = field(default_factory=list)
+    #: (number of summaries it was computed over, scenarios, passing) — renderings ask
+    #: for both counts of every cell several times
+    _counts: tuple[int, int, int] = field(default=(-1, 0, 0), repr=False, compare=False)
 
     def add(self, summary: JournalSummary) -> None:
         self.summaries.append(summary)
+
+    def _scenario_counts(self) -> tuple[int, int]:
+        if self._counts[0] != len(self.summaries):
+            self._counts = (len(self.summaries), *scenario_counts(self.summaries))
+        return self._counts[1], self._counts[2]
 
     def counted(self, *, real: bool = False, newer_than: float = 0.0) -> list[JournalSummary]:
         """The runs a requirement may count: real targets only, ended after ``newer_than``."""
@@ -106,19 +116,21 @@ class Cell:
 
     @property
     def scenarios(self) -> int:
-        return scenario_counts(self.summaries)[0]
+        return self._scenario_counts()[0]
 
     @property
     def passing_scenarios(self) -> int:
-        return scenario_counts(self.summaries)[1]
+        return self._scenario_counts()[1]
 
     @property
     def rto_p50(self) -> float | None:
-        return percentile(self.rtos, 0.5) if self.rtos else None
+        rtos = self.rtos
+        return percentile(rtos, 0.5) if rtos else None
 
     @property
     def rto_p95(self) -> float | None:
-        return percentile(self.rtos, 0.95) if self.rtos else None
+        rtos = self.rtos
+        return percentile(rtos, 0.95) if rtos else None
 
     def to_json(self) -> dict[str, Any]:
         return {"fault": self.fault, "layer": self.layer, "runs": self.runs,
@@ -181,6 +193,9 @@ class Matrix:
     journals: int = 0
     skipped: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    #: what the chains showed beyond rejected journals (one missing, one outside the
+    #: chain, a head that does not hold), ``DIR: problem``
+    chain_problems: list[str] = field(default_factory=list)
     excluded_lab: int = 0
     faults: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -192,6 +207,12 @@ class Matrix:
 
     def cell(self, fault: str, layer: str) -> Cell | None:
         return self.cells.get((fault, layer))
+
+    @property
+    def tampered_cells(self) -> dict[tuple[str, str], int]:
+        """Per cell, its journals that did not verify: evidence was tampered with (or
+        cannot be trusted), so the cell is marked whatever else it holds."""
+        return dict(sorted(Counter(r.cell for r in self.rejected if r.cell).items()))
 
     def add(self, summary: JournalSummary) -> None:
         key = (summary.fault, summary.layer)
@@ -284,8 +305,10 @@ class Matrix:
 
 def build(directory: Path, *, summaries: Iterable[JournalSummary] | None = None,
           trusted: Ed25519PublicKey | None = None, exclude_lab: bool = False,
-          clock: Callable[[], float] = time.time) -> Matrix:
-    """Verify and read every journal under ``directory`` (or take ``summaries``).
+          clock: Callable[[], float] = time.time, index: VerifiedIndex | None = None,
+          evidence: checked.Evidence | None = None) -> Matrix:
+    """Verify and read every journal under ``directory`` (or take ``summaries``, or the
+    ``evidence`` already checked), through the verified ``index`` when one is given.
 
     Raises :class:`InvalidInput` when ``directory`` is not a directory or holds no
     gameday journal at all (verified or not).
@@ -296,21 +319,20 @@ def build(directory: Path, *, summaries: Iterable[JournalSummary] | None = None,
         for summary in summaries:
             matrix.add(summary)
         return matrix
-    if not directory.is_dir():
-        raise InvalidInput("is not a directory of journals", file=str(directory))
-    verdicts = verify_tree(directory, trusted, is_journal=is_journal_file)
-    for path, problem in verdicts.items():
-        try:
-            summary = read_summary(path)
-        except InvalidInput:
-            matrix.skipped.append(str(path))
-            continue
-        if problem is not None:
-            matrix.rejected.append(Rejected(str(path), problem, (summary.fault, summary.layer)))
-        elif exclude_lab and not summary.real:
+    evidence = evidence or checked.check(directory, trusted, index)
+    matrix.chain_problems = [f"{where}: {problem}" for where, result in
+                             sorted(evidence.chains.items()) for problem in result.problems]
+    for journal in evidence.journals:
+        found = journal.summary
+        if found is None:
+            matrix.skipped.append(str(journal.path))
+        elif journal.problem is not None:
+            matrix.rejected.append(Rejected(str(journal.path), journal.problem,
+                                            (found.fault, found.layer)))
+        elif exclude_lab and not found.real:
             matrix.excluded_lab += 1
         else:
-            matrix.add(summary)
+            matrix.add(found)
     if not matrix.journals and not matrix.rejected and not matrix.excluded_lab:
         raise InvalidInput("holds no gameday journal"
                            + (f" ({len(matrix.skipped)} other JSON files)"
@@ -324,10 +346,16 @@ NOT_APPLICABLE = "—"
 NOT_COVERED = "·"
 
 
-def _cell_text(matrix: Matrix, fault: str, layer: str) -> str:
+TAMPERED = "tampered"
+
+
+def _cell_text(matrix: Matrix, fault: str, layer: str, tampered: int) -> str:
     cell = matrix.cell(fault, layer)
+    mark = f" {TAMPERED} ({tampered})" if tampered else ""
     if cell is not None:
-        return f"{cell.passed}/{cell.runs}" + ("" if cell.real else " (lab)")
+        return f"{cell.passed}/{cell.runs}" + ("" if cell.real else " (lab)") + mark
+    if tampered:
+        return mark.strip()
     return NOT_COVERED if matrix.applicable(fault, layer) else NOT_APPLICABLE
 
 
@@ -349,7 +377,8 @@ def _sorted_cells(matrix: Matrix) -> list[Cell]:
 
 LEGEND = (f"Cells show passed/run of verified journals; `(lab)`: evidence from the virtual "
           f"lab only; `{NOT_COVERED}`: not covered yet; `{NOT_APPLICABLE}`: the fault kind "
-          "cannot act at that layer.")
+          f"cannot act at that layer; `{TAMPERED} (N)`: N journals of the cell did not "
+          "verify (edited, removed, re-signed or rolled back) and were not counted.")
 
 
 def to_markdown(matrix: Matrix) -> str:
@@ -357,8 +386,10 @@ def to_markdown(matrix: Matrix) -> str:
              LEGEND, "",
              "| fault kind | " + " | ".join(COVERAGE_LAYERS) + " |",
              "|---|" + "---|" * len(COVERAGE_LAYERS)]
+    tampered = matrix.tampered_cells
     for fault in matrix.rows():
-        cells = [_cell_text(matrix, fault, layer) for layer in COVERAGE_LAYERS]
+        cells = [_cell_text(matrix, fault, layer, tampered.get((fault, layer), 0))
+                 for layer in COVERAGE_LAYERS]
         lines.append(f"| {fault} | " + " | ".join(cells) + " |")
     lines += ["", "### Verified scenarios by fault family", "",
               "| fault family | layer | kind | verified scenarios |", "|---|---|---|---|"]
@@ -387,6 +418,9 @@ def to_markdown(matrix: Matrix) -> str:
     if matrix.rejected:
         lines += ["", f"### Rejected journals ({len(matrix.rejected)}, not counted)", ""]
         lines += [f"- `{r.path}`: {r.reason}" for r in matrix.rejected]
+    if matrix.chain_problems:
+        lines += ["", f"### Chain problems ({len(matrix.chain_problems)})", ""]
+        lines += [f"- {problem}" for problem in matrix.chain_problems]
     if matrix.skipped:
         lines += ["", f"Skipped {len(matrix.skipped)} JSON files that are not gameday "
                       "journals."]
@@ -409,6 +443,9 @@ def to_json(matrix: Matrix) -> str:
                          for r in matrix.requirements],
         "unmet": [f.line() for f in matrix.findings],
         "rejected": [{"journal": r.path, "reason": r.reason} for r in matrix.rejected],
+        "chain_problems": matrix.chain_problems,
+        "tampered": [{"fault": fault, "layer": layer, "rejected": count}
+                     for (fault, layer), count in matrix.tampered_cells.items()],
         "skipped": matrix.skipped}
     return json.dumps(document, indent=2) + "\n"
 
@@ -441,7 +478,9 @@ table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #d5dae3;padd
 text-align:left}th{background:#f2f4f8}td.c{text-align:center;font-variant-numeric:tabular-nums}
 .ok{background:#dcf5e3}.some{background:#fff1c9}.bad{background:#fbd9d9}.none{color:#9aa3b2}
 .na{color:#c4c9d2;background:#fafbfc}.lab{font-style:italic}
-.req{outline:2px solid #304ffe;outline-offset:-2px}code{font-size:12px;white-space:nowrap}
+.req{outline:2px solid #304ffe;outline-offset:-2px}
+.tampered{outline:3px dashed #b00020;outline-offset:-3px;font-weight:bold}
+code{font-size:12px;white-space:nowrap}
 td.c{white-space:nowrap}td.c a{color:inherit;text-decoration:none}.scope{color:#4a5263}
 dl.legend{display:grid;grid-template-columns:max-content 1fr;gap:.2rem .8rem}
 dl.legend dt{padding:0 .5rem}
@@ -459,17 +498,55 @@ def _run_link(path: str, sha: str) -> str:
             f"{name}</a> <code>{sha}</code>")
 
 
-def to_html(matrix: Matrix) -> str:
-    """A self-contained page (no script, no external resource)."""
+def _score_html(score: Score | None) -> str:
+    """The resilience score's section: overall, per service, per cell, each point's
+    journal hash."""
+    if score is None:
+        return ""
+
+    def value(group: GroupScore) -> str:
+        return "-" if group.value is None else f"{group.value:.1f}"
+
+    def rows(groups: Iterable[GroupScore]) -> str:
+        out = []
+        for group in groups:
+            traced = ", ".join(f"<code>{html.escape((p.sha256 or '')[:12])}</code>"
+                               for p in group.points[:6] if p.sha256)
+            more = f" … (+{len(group.points) - 6})" if len(group.points) > 6 else ""
+            not_run = sum(1 for p in group.points if p.journal is None)
+            out.append(f"<tr><td>{html.escape(group.name)}</td><td class=c>{value(group)}</td>"
+                       f"<td class=c>{group.weight:g}</td><td class=c>{not_run}</td>"
+                       f"<td>{traced}{more}</td></tr>")
+        return "".join(out)
+
+    head = ("<tr><th>{}</th><th>score</th><th>weight</th><th>not run</th>"
+            "<th>from journals (sha256)</th></tr>")
+    policy = score.policy
+    weights = ", ".join(f"{name} {weight:g}" for name, weight in sorted(policy.weights.items()))
+    return (f"<h2 id=score>Resilience score: {value(score.overall)}</h2>"
+            f"<p class=scope>From verified journals only: each scenario's newest run, weighted "
+            f"by SLO severity ({html.escape(weights)}), a pass halving every "
+            f"{policy.half_life_days:g} days; a required scenario not run counts as zero; "
+            f"{len(score.rejected)} rejected journals listed, never counted "
+            "(<code>gameday score</code>).</p>"
+            f"<table>{head.format('service')}{rows(score.services)}</table>"
+            f"<table>{head.format('cell')}{rows(score.cells)}</table>")
+
+
+def to_html(matrix: Matrix, score: Score | None = None) -> str:
+    """A self-contained page (no script, no external resource), with the resilience
+    ``score`` when one is given."""
     required = {r.cell: r for r in matrix.requirements}
     failing = {f.requirement.cell for f in matrix.findings}
+    tampered = matrix.tampered_cells
     head = "".join(f"<th>{layer}</th>" for layer in COVERAGE_LAYERS)
     body = []
     for fault in matrix.rows():
         cells = []
         for layer in COVERAGE_LAYERS:
             cell = matrix.cell(fault, layer)
-            text = html.escape(_cell_text(matrix, fault, layer))
+            text = html.escape(_cell_text(matrix, fault, layer,
+                                          tampered.get((fault, layer), 0)))
             if cell is None:
                 klass = "none" if matrix.applicable(fault, layer) else "na"
             else:
@@ -478,6 +555,8 @@ def to_html(matrix: Matrix) -> str:
                 text = f"<a href='#{_anchor(fault, layer)}'>{text}</a>"
             if (fault, layer) in failing:
                 klass = "bad"
+            if (fault, layer) in tampered:
+                klass = "bad tampered"
             if (fault, layer) in required:
                 klass += " req"
             title = "" if cell is None else (
@@ -512,18 +591,24 @@ def to_html(matrix: Matrix) -> str:
                 f"<h2>Rejected journals ({len(matrix.rejected)}, not counted)</h2><ul>"
                 + "".join(f"<li><code>{html.escape(r.path)}</code>: {html.escape(r.reason)}"
                           "</li>" for r in matrix.rejected) + "</ul>")
+    if matrix.chain_problems:
+        rejected += (f"<h2>Chain problems ({len(matrix.chain_problems)})</h2><ul>"
+                     + "".join(f"<li>{html.escape(problem)}</li>"
+                               for problem in matrix.chain_problems) + "</ul>")
     legend = ("<dl class=legend><dt class=ok>2/2</dt><dd>passed/run, verified journals from a "
               "real target</dd><dt class='ok lab'>2/2 (lab)</dt><dd>evidence from the virtual "
               f"lab only</dd><dt class=none>{NOT_COVERED}</dt><dd>not covered yet</dd>"
               f"<dt class=na>{NOT_APPLICABLE}</dt><dd>the kind cannot act at this layer</dd>"
-              "<dt class=req>outlined</dt><dd>required by the requirement file</dd></dl>")
+              "<dt class=req>outlined</dt><dd>required by the requirement file</dd>"
+              f"<dt class='bad tampered'>{TAMPERED} (1)</dt><dd>journals of the cell did not "
+              "verify (edited, removed, re-signed or rolled back): not counted</dd></dl>")
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
         "style-src 'unsafe-inline'\">"
         f"<title>gameday coverage</title><style>{_HTML_STYLE}</style></head><body>"
         f"<h1>Coverage matrix</h1><p class=scope>{html.escape(matrix.scope_line())}</p>"
-        f"{legend}{verdict}"
+        f"{legend}{verdict}{_score_html(score)}"
         f"<table><tr><th>fault kind</th>{head}</tr>{''.join(body)}</table>"
         "<h2>Verified scenarios by fault family</h2><table><tr><th>fault family</th>"
         f"<th>layer</th><th>kind</th><th>verified scenarios</th></tr>{audit}</table>"
@@ -534,7 +619,10 @@ def to_html(matrix: Matrix) -> str:
         f"{''.join(details)}</table>{rejected}</body></html>\n")
 
 
-def render(matrix: Matrix, fmt: str) -> str:
+def render(matrix: Matrix, fmt: str, score: Score | None = None) -> str:
+    """The matrix in ``fmt``; the HTML page carries ``score`` too."""
     if fmt not in FORMATS:
         raise InvalidInput(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    return {"md": to_markdown, "html": to_html, "csv": to_csv, "json": to_json}[fmt](matrix)
+    if fmt == "html":
+        return to_html(matrix, score)
+    return {"md": to_markdown, "csv": to_csv, "json": to_json}[fmt](matrix)

@@ -21,8 +21,12 @@ threshold; a failure's message says which SLO missed by how much.
 
 The gate judges either the runs it has just made or journals that already exist
 (:func:`runs_from_journals`: experiments run in one CI job, gated in another). Either way
-only verified journals count (their hash chain and, with a trusted key, signatures): an
-experiment whose journal does not verify did not pass.
+only verified journals count (their hash chain, the chain head and, with a trusted key,
+signatures): an experiment whose newest journal does not verify did not pass (the gate
+never falls back to an older passing run), and any journal that does not verify fails
+the gate's ``evidence`` check: a rejected journal is evidence of tampering. The head and
+sequence number of every chain judged are in the JUnit properties and the summary, for
+an auditor to anchor (``gameday audit verify --expect-head/--min-sequence``).
 """
 
 import re
@@ -35,11 +39,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gameday.atomic import replace_file, shareable_mode
 from gameday.errors import InvalidInput
-from gameday.evidence.audit import verify_tree
-from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
+from gameday.evidence import checked
+from gameday.evidence.audit import AuditResult
+from gameday.evidence.index import VerifiedIndex
+from gameday.evidence.summary import JournalSummary
 from gameday.gamedays.costs import CostProjection, no_projection, project
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook
+from gameday.gamedays.score import Policy as ScorePolicy
+from gameday.gamedays.score import Score
+from gameday.gamedays.score import compute as compute_score
 from gameday.stats import percentile, plural
 
 
@@ -55,12 +64,52 @@ class Case:
     time_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class ChainRecord:
+    """The head of one directory's hash chain as the gate saw it: what to anchor."""
+
+    directory: str
+    sha256: str
+    sequence: int | None
+    signed: bool
+
+    def line(self) -> str:
+        sequence = "" if self.sequence is None else f" sequence {self.sequence}"
+        return (f"{self.directory}: head {self.sha256}{sequence}"
+                + (" (signed)" if self.signed else ""))
+
+
+def chain_records(chains: dict[Path, AuditResult]) -> list[ChainRecord]:
+    return [ChainRecord(str(directory), result.head.sha256, result.head.sequence,
+                        result.head_signed)
+            for directory, result in sorted(chains.items()) if result.head is not None]
+
+
+@dataclass
+class GateEvidence:
+    """The runs the gate judges and what their evidence showed: the journals that did not
+    verify (with the reason) and the chains' heads."""
+
+    runs: list[ExperimentRun]
+    rejected: dict[Path, str] = field(default_factory=dict)
+    chains: list[ChainRecord] = field(default_factory=list)
+    #: what the chains themselves showed (a journal missing, one outside the chain, a head
+    #: that does not hold), ``DIR: problem``; none when every chain verified
+    problems: list[str] = field(default_factory=list)
+
+
+def chain_problems(chains: dict[Path, AuditResult]) -> list[str]:
+    return [f"{directory}: {problem}" for directory, result in sorted(chains.items())
+            for problem in result.problems]
+
+
 @dataclass
 class GateVerdict:
     title: str
     cases: list[Case] = field(default_factory=list)
     projection: CostProjection | None = None
     median_projection: CostProjection | None = None
+    chains: list[ChainRecord] = field(default_factory=list)
 
     @property
     def failures(self) -> list[Case]:
@@ -202,39 +251,60 @@ def projections(playbook: Playbook, runs: Sequence[ExperimentRun]
             project(percentile(rtos, 0.5), rpo, playbook.fleet))
 
 
-def _same_experiment(planned: PlannedExperiment, summary: JournalSummary) -> bool:
-    recorded = Path(summary.experiment_file)
-    return recorded.resolve() == planned.path.resolve() or recorded.name == planned.path.name
+class _ByExperiment:
+    """Journals grouped by the experiment they ran: a planned experiment is the one a
+    journal records when the file names or the resolved paths are the same."""
+
+    def __init__(self, journals: Sequence[tuple[Path, JournalSummary]]) -> None:
+        self._by_name: dict[str, list[tuple[Path, JournalSummary]]] = {}
+        self._by_path: dict[Path, list[tuple[Path, JournalSummary]]] = {}
+        known: dict[str, tuple[str, Path]] = {}  # recorded -> (file name, resolved path)
+        for item in journals:
+            recorded = item[1].experiment_file
+            if recorded not in known:
+                known[recorded] = (Path(recorded).name, Path(recorded).resolve())
+            name, resolved = known[recorded]
+            self._by_name.setdefault(name, []).append(item)
+            self._by_path.setdefault(resolved, []).append(item)
+
+    def of(self, planned: PlannedExperiment) -> list[tuple[Path, JournalSummary]]:
+        found = {id(item): item for item in self._by_name.get(planned.path.name, [])}
+        found.update((id(item), item) for item in self._by_path.get(planned.path.resolve(), []))
+        return list(found.values())
 
 
 def runs_from_journals(playbook: Playbook, directory: Path,
-                       trusted: Ed25519PublicKey | None = None
-                       ) -> tuple[list[ExperimentRun], dict[Path, str]]:
-    """The playbook's experiments as the newest verified journal under ``directory`` shows
-    each one; and the journals that did not verify, with the reason.
+                       trusted: Ed25519PublicKey | None = None,
+                       index: VerifiedIndex | None = None) -> GateEvidence:
+    """The playbook's experiments as the newest journal under ``directory`` shows each one,
+    and the journals that did not verify, with the reason.
 
-    An experiment with no verified journal is an error run ("no verified journal").
-    Raises :class:`InvalidInput` when ``directory`` holds no gameday journal at all.
+    An experiment with no verified journal is an error run ("no verified journal"); so is
+    one whose newest journal did not verify ("evidence rejected"): an older passing run
+    never stands in for it. Raises :class:`InvalidInput` when ``directory`` holds no
+    gameday journal at all.
     """
-    if not directory.is_dir():
-        raise InvalidInput("is not a directory of journals", file=str(directory))
-    verdicts = verify_tree(directory, trusted, is_journal=is_journal_file)
-    verified: list[tuple[Path, JournalSummary]] = []
-    rejected: dict[Path, str] = {}
-    for path, problem in verdicts.items():
-        try:
-            summary = read_summary(path)
-        except InvalidInput:
-            continue
-        if problem is None:
-            verified.append((path, summary))
-        else:
-            rejected[path] = problem
+    evidence = checked.check(directory, trusted, index)
+    verified = evidence.verified
+    rejected = {j.path: str(j.problem) for j in evidence.rejected}
     if not verified and not rejected:
         raise InvalidInput("holds no gameday journal", file=str(directory))
     runs = []
+    by_experiment = _ByExperiment(verified)
+    problems = {j.path: str(j.problem) for j in evidence.rejected}
+    rejected_by_experiment = _ByExperiment([(j.path, j.summary) for j in evidence.rejected
+                                            if j.summary is not None])
     for planned in playbook.experiments:
-        mine = [(p, s) for p, s in verified if _same_experiment(planned, s)]
+        mine = by_experiment.of(planned)
+        newest_ok = max((s.ended_at for _, s in mine), default=None)
+        newer_rejected = [(p, s) for p, s in rejected_by_experiment.of(planned)
+                          if newest_ok is None or s.ended_at >= newest_ok]
+        if newer_rejected:
+            worst, _ = max(newer_rejected, key=lambda item: item[1].ended_at)
+            why = f"evidence rejected: its newest journal {worst} did not verify: " \
+                  f"{problems[worst]}"
+            runs.append(ExperimentRun(planned, exit_code=2, error=why))
+            continue
         if not mine:
             why = "no verified journal of this experiment in " + str(directory)
             runs.append(ExperimentRun(planned, exit_code=2, error=why))
@@ -242,34 +312,87 @@ def runs_from_journals(playbook: Playbook, directory: Path,
         path, summary = max(mine, key=lambda item: item[1].ended_at)
         runs.append(ExperimentRun(planned, exit_code=summary.exit_code, journal_path=path,
                                   summary=summary))
-    return runs, rejected
+    return GateEvidence(runs, rejected, chain_records(evidence.chains),
+                        chain_problems(evidence.chains))
 
 
 def reject_unverified(runs: Sequence[ExperimentRun], trusted: Ed25519PublicKey | None = None
-                      ) -> dict[Path, str]:
+                      ) -> GateEvidence:
     """Check the journals of runs just made; a run whose journal does not verify becomes an
-    error run. Returns the rejected journals with their reasons."""
+    error run. Returns the runs with the rejected journals (of those directories, whoever
+    made them) and the chains' heads."""
     rejected: dict[Path, str] = {}
+    chains: dict[Path, AuditResult] = {}
     for directory in sorted({run.journal_path.parent for run in runs if run.journal_path}):
-        verdicts = verify_tree(directory, trusted, is_journal=is_journal_file)
+        evidence = checked.check(directory, trusted)
+        chains.update(evidence.chains)
+        verdicts = {j.path: j.problem for j in evidence.journals}
+        rejected.update({j.path: str(j.problem) for j in evidence.rejected})
         for run in runs:
             problem = verdicts.get(run.journal_path) if run.journal_path else None
             if run.journal_path is not None and problem is not None:
                 rejected[run.journal_path] = problem
                 run.summary, run.error = None, f"journal did not verify: {problem}"
-    return rejected
+    return GateEvidence(list(runs), rejected, chain_records(chains), chain_problems(chains))
 
 
-def evaluate(playbook: Playbook, runs: Sequence[ExperimentRun]) -> GateVerdict:
-    """Judge a playbook run: every experiment as expected, every SLO held."""
+def _evidence_case(classname: str, evidence: GateEvidence) -> Case:
+    """The failed ``evidence`` check (there is one only when a journal or a chain did not
+    verify): tampering, or evidence that cannot be told from it."""
+    name = "evidence: every journal and chain verifies"
+    lines = evidence.problems + [f"{p}: {r}" for p, r in sorted(evidence.rejected.items())]
+    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+    rejected = len(evidence.rejected)
+    return Case(classname, name, "failed",
+                f"evidence rejected: {plural(rejected, 'journal')} did not verify, "
+                f"{plural(len(evidence.problems), 'chain problem')}, a sign of tampering: "
+                f"{lines[0]}{more}", detail="\n".join(lines))
+
+
+def _score_case(classname: str, score: Score, min_score: float) -> Case:
+    name = f"min_score: resilience score >= {min_score:g}"
+    value = score.overall.value
+    if value is None:
+        return Case(classname, name, "failed", "gate.min_score: no verified journal and no "
+                                               "requirement to score")
+    detail = (f"resilience score {value:.1f} over {len(score.overall.points)} points "
+              "(gameday score)")
+    if value >= min_score:
+        return Case(classname, name, "passed", detail=detail)
+    return Case(classname, name, "failed",
+                f"gate.min_score: resilience score {value:.1f} < {min_score:g} (short by "
+                f"{min_score - value:.1f})", detail=detail)
+
+
+def score_of(playbook: Playbook, runs: Sequence[ExperimentRun],
+             evidence: GateEvidence | None, now: float,
+             policy: ScorePolicy | None = None) -> Score:
+    """The resilience score of the runs the gate judges (their verified journals) against
+    the playbook's coverage requirements; rejected journals listed, never counted."""
+    return compute_score([run.summary for run in runs if run.summary is not None],
+                         rejected=[(str(p), r) for p, r in sorted(
+                             (evidence.rejected if evidence else {}).items())],
+                         requirements=playbook.requirements, policy=policy, now=now)
+
+
+def evaluate(playbook: Playbook, runs: Sequence[ExperimentRun],
+             evidence: GateEvidence | None = None, *, score: Score | None = None,
+             min_score: float | None = None) -> GateVerdict:
+    """Judge a playbook run: every experiment as expected, every SLO held, (given its
+    ``evidence``) every journal verified, and (given ``min_score``) the ``score`` high
+    enough."""
     classname = f"gameday.{playbook.slug}"
-    verdict = GateVerdict(playbook.title)
+    verdict = GateVerdict(playbook.title, chains=evidence.chains if evidence else [])
     verdict.projection, verdict.median_projection = projections(playbook, runs)
     for run in runs:
         verdict.cases.append(_experiment_case(run, classname))
         verdict.cases.extend(_verifier_cases(run, classname))
     verdict.cases.extend(_threshold_cases(playbook.gate, runs, f"{classname}.gate",
                                           verdict.projection))
+    if min_score is not None and score is not None:
+        verdict.cases.append(_score_case(f"{classname}.gate", score, min_score))
+    if evidence is not None and (evidence.rejected or evidence.problems):
+        verdict.cases.append(_evidence_case(f"{classname}.gate", evidence))
     if not runs:
         verdict.cases.append(Case(classname, "experiments", "failed", "no experiment ran"))
     return verdict
@@ -297,6 +420,11 @@ def junit_xml(verdict: GateVerdict) -> bytes:
     out = ["<?xml version='1.0' encoding='utf-8'?>",
            f'<testsuites name="gameday gate" {counts}>',
            f"  <testsuite name={quoteattr(verdict.title)} {counts}>"]
+    if verdict.chains:
+        out.append("    <properties>")
+        out += [f'      <property name="gameday.chain_head" value={quoteattr(chain.line())}/>'
+                for chain in verdict.chains]
+        out.append("    </properties>")
     for case in verdict.cases:
         out.append(f"    <testcase classname={quoteattr(case.classname)} "
                    f'name={quoteattr(case.name)} time="{case.time_s:.3f}">')
@@ -352,6 +480,10 @@ def markdown_summary(verdict: GateVerdict, runs: Sequence[ExperimentRun],
         if median is not None and median.rto_s != verdict.projection.rto_s:
             lines.append(f"Median RTO: {_md(median.line())}.")
         lines.append(f"{_md(verdict.projection.fleet.assumptions())}.")
+    if verdict.chains:
+        lines += ["", "**Evidence** (anchor with `gameday audit verify DIR --expect-head SHA "
+                      "--min-sequence N`):"]
+        lines += [f"- `{_md(chain.line())}`" for chain in verdict.chains]
     failures = verdict.failures
     if failures:
         lines += ["", f"<details><summary>{plural(len(failures), 'failing check')}</summary>", ""]

@@ -4,7 +4,9 @@ Built from journal summaries (``gameday.evidence.summary``), so ``gameday run``,
 and ``gate`` export the same families (docs/observability.md). Every sample is
 labelled with ``experiment`` (the experiment file's stem) and ``target``, plus
 ``fault_kind`` and ``layer`` (the coverage cell); ``gameday_verifier_passed`` adds
-``verifier`` and ``gameday_slo_seconds`` adds ``objective``. No run id or time is a
+``verifier``, ``gameday_slo_seconds`` adds ``objective`` and ``gameday_journal_info``
+adds the journal's ``sha256`` and file name (with ``gameday_journal_sequence``, the
+chain head just written: what an auditor anchors). No run id or time is a
 label: one series per experiment, overwritten by its next run. A value that was not
 measured has no sample (never a zero that reads as "recovered instantly").
 
@@ -19,6 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 from prometheus_client.exposition import (
@@ -31,8 +34,11 @@ from prometheus_client.exposition import (
 from gameday.errors import ObservabilityError
 from gameday.evidence.summary import JournalSummary
 
+if TYPE_CHECKING:
+    from gameday.gamedays.score import Score
+
 __all__ = ["BASE_LABELS", "Pushgateway", "ResultMetrics", "experiment_label",
-           "write_textfile"]
+           "score_registry", "write_score_textfile", "write_textfile"]
 
 #: The labels of every family.
 BASE_LABELS = ("experiment", "target", "fault_kind", "layer")
@@ -85,6 +91,15 @@ class ResultMetrics:
         self._faults = Counter("gameday_faults_injected",
                                "Faults the experiment's runs injected.", BASE_LABELS,
                                registry=self.registry)
+        self._sequence = Gauge("gameday_journal_sequence",
+                               "The run's journal's sequence number in its directory's hash "
+                               "chain (an anchor for gameday audit verify --min-sequence).",
+                               BASE_LABELS, registry=self.registry)
+        self._journal = Gauge("gameday_journal_info",
+                              "1, labelled with the run's journal's SHA-256 (an anchor for "
+                              "gameday audit verify --expect-head) and file name.",
+                              (*BASE_LABELS, "sha256", "journal"), registry=self.registry)
+        self._journal_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def add(self, summary: JournalSummary) -> None:
         """Set every family from one run (a later run of the same experiment overwrites)."""
@@ -108,6 +123,42 @@ class ResultMetrics:
         self._passed.labels(*labels).set(1 if summary.passed else 0)
         self._last_run.labels(*labels).set(summary.ended_at)
         self._faults.labels(*labels).inc(summary.faults_injected)
+        if summary.sequence is not None:
+            self._sequence.labels(*labels).set(summary.sequence)
+        if summary.sha256:
+            previous = self._journal_labels.pop(labels, None)
+            if previous is not None:  # one series per experiment: its latest journal
+                self._journal.remove(*previous)
+            current = (*labels, summary.sha256, Path(summary.path).name)
+            self._journal.labels(*current).set(1)
+            self._journal_labels[labels] = current
+
+
+def score_registry(score: "Score") -> CollectorRegistry:
+    """The resilience score (``gameday.gamedays.score``) as ``gameday_resilience_score``
+    {scope: overall | service | cell, name} (0-100; a group with nothing to count has no
+    sample) and ``gameday_resilience_score_weight`` (the weight it is out of)."""
+    registry = CollectorRegistry(auto_describe=True)
+    value = Gauge("gameday_resilience_score", "Resilience score (0-100) from verified "
+                  "journals: severity-weighted, decayed by age, not-run counts as zero.",
+                  ("scope", "name"), registry=registry)
+    weight = Gauge("gameday_resilience_score_weight", "The total weight a score is out of.",
+                   ("scope", "name"), registry=registry)
+    rejected = Gauge("gameday_resilience_score_rejected_journals",
+                     "Journals that did not verify: listed, never counted.", registry=registry)
+    groups = [("overall", score.overall), *(("service", g) for g in score.services),
+              *(("cell", g) for g in score.cells)]
+    for scope, group in groups:
+        if group.value is not None:
+            value.labels(scope, group.name).set(group.value)
+        weight.labels(scope, group.name).set(group.weight)
+    rejected.set(len(score.rejected))
+    return registry
+
+
+def write_score_textfile(path: Path, score: "Score") -> None:
+    """Write the score's metrics to ``path`` as :func:`write_textfile` writes results."""
+    _write_registry(path, score_registry(score))
 
 
 def write_textfile(path: Path, summaries: Iterable[JournalSummary]) -> None:
@@ -116,9 +167,13 @@ def write_textfile(path: Path, summaries: Iterable[JournalSummary]) -> None:
     metrics = ResultMetrics()
     for summary in summaries:
         metrics.add(summary)
+    _write_registry(path, metrics.registry)
+
+
+def _write_registry(path: Path, registry: CollectorRegistry) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_to_textfile(str(path), metrics.registry)
+        write_to_textfile(str(path), registry)
     except OSError as exc:
         raise ObservabilityError(f"{path}: cannot write the metrics file: "
                                  f"{exc.strerror or exc}") from None
@@ -171,9 +226,16 @@ class Pushgateway:
         metrics = ResultMetrics()
         metrics.add(summary)
         key = {"experiment": experiment_label(summary), "target": summary.target or "none"}
+        self._push(metrics.registry, key, key["experiment"])
+
+    def push_score(self, score: "Score") -> None:
+        """Replace the group (``job``, ``score="resilience"``) with the score's metrics."""
+        self._push(score_registry(score), {"score": "resilience"}, "the resilience score")
+
+    def _push(self, registry: CollectorRegistry, key: dict[str, str], what: str) -> None:
         try:
-            push_to_gateway(self.url, self.job, metrics.registry, grouping_key=key,
+            push_to_gateway(self.url, self.job, registry, grouping_key=key,
                             timeout=self.timeout_s, handler=self._handler())
         except OSError as exc:
-            raise ObservabilityError(f"pushgateway {self.url}: cannot push {key['experiment']}: "
-                               f"{exc}") from None
+            raise ObservabilityError(f"pushgateway {self.url}: cannot push {what}: "
+                                     f"{exc}") from None

@@ -14,7 +14,7 @@ import pytest
 
 from gameday.errors import InvalidInput
 from gameday.evidence import signing
-from gameday.evidence.journal import write_journal
+from gameday.evidence.journal import ChainHead, write_journal
 from gameday.gamedays import coverage
 from gameday.gamedays.playbook import Requirement
 from tests.conftest import cli_env, gameday
@@ -107,11 +107,20 @@ def test_a_journal_re_signed_with_another_key_is_rejected(tmp_path: Path) -> Non
     paths[3].write_bytes(data)
     signing.signature_path(paths[3]).write_bytes(signing.sign(forged, data))
     chain = tmp_path / "j" / ".chain-head"
-    chain.write_text(f"{hashlib.sha256(data).hexdigest()} {paths[3].name}\n")
+    # the forger signs the head too, with their key: all they can do without ours
+    head = ChainHead(hashlib.sha256(data).hexdigest(), paths[3].name, 4)
+    chain.write_bytes(ChainHead(head.sha256, head.journal, 4,
+                                signing.sign(forged, head.payload())).encode())
     assert "d.json" in _counted(coverage.build(tmp_path / "j"))  # no key: self-consistent
     matrix = coverage.build(tmp_path / "j", trusted=trusted)
-    assert _counted(matrix) == {"a.json", "b.json", "c.json"}
+    # a head the trusted key did not sign vouches for nothing: every journal is rejected,
+    # the re-signed one for its own signature, every cell it names marked tampered
+    assert _counted(matrix) == set()
     assert _rejected(matrix)["d.json"].startswith("bad signature: d.json")
+    assert _rejected(matrix)["a.json"].startswith("unverifiable: bad signature: .chain-head")
+    assert matrix.tampered_cells == {("gpu.ecc", "device"): 4}
+    assert "tampered (4)" in coverage.to_markdown(matrix)
+    assert "tampered" in coverage.to_html(matrix)
 
 
 def test_the_cli_lists_rejected_journals_and_a_requirement_met_only_by_them_fails(

@@ -58,7 +58,10 @@ def test_an_edited_journal_fails_the_gate(tmp_path: Path) -> None:
                      cli_env(tmp_path))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"gate: rejected {paths[1]}: edited journal" in result.stdout
-    assert "gate: FAIL gameday.gate > kill: could not run: no verified journal" in result.stdout
+    assert (f"gate: FAIL gameday.gate > kill: could not run: evidence rejected: its newest "
+            f"journal {paths[1]} did not verify: edited journal") in result.stdout
+    assert ("gate: FAIL gameday.gate.gate > evidence: every journal and chain verifies: evidence "
+            "rejected: 2 journals did not verify") in result.stdout
     # what the edited journal recorded of its predecessor proves nothing either
     assert "unverifiable: older than the edited journal" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("gate: FAILED")
@@ -73,7 +76,8 @@ def test_journals_signed_by_another_key_fail_a_gate_that_trusts_one(tmp_path: Pa
     result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals"),
                       "--public-key", str(public)], env)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.count("bad signature") == 2
+    rejected = [line for line in result.stdout.splitlines() if line.startswith("gate: rejected")]
+    assert len(rejected) == 2 and all("bad signature" in line for line in rejected), rejected
 
 
 def test_a_directory_without_journals_is_bad_input(tmp_path: Path) -> None:
@@ -81,3 +85,54 @@ def test_a_directory_without_journals_is_bad_input(tmp_path: Path) -> None:
     result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "empty")],
                      cli_env(tmp_path))
     assert result.returncode == 2 and "holds no gameday journal" in result.stderr
+
+
+def _failing_newest(directory: Path, key: Path) -> list[Path]:
+    """ecc passed on day 1, kill passed on day 2, ecc failed on day 3 (the newest)."""
+    private = signing.load_private(key)
+    paths = _journals(directory, key)
+    newest = directory / "20261103T100000Z-gpu-ecc-dbe-reshard.json"
+    write_journal(newest, varied(experiment="experiments/gpu-ecc-dbe-reshard.yaml",
+                                 passed=False, end="2026-11-03T10:00:00+00:00"), private)
+    return [*paths, newest]
+
+
+def test_the_gate_never_falls_back_to_an_older_run_when_the_newest_is_rejected(
+        tmp_path: Path) -> None:
+    """The attacks of the issue on a signed directory, through the real CLI: the newest
+    (failing) journal re-signed by another key, and the newest deleted with the head
+    rewritten; either way the gate fails and says why, never passing on the older run."""
+    from tests.evidence.attacks import Chain, attack
+
+    ours, theirs = tmp_path / "k" / "ours.key", tmp_path / "k" / "theirs.key"
+    public = signing.generate(ours)
+    signing.generate(theirs)
+    env = cli_env(tmp_path)
+    directory = tmp_path / "resigned"
+    paths = _failing_newest(directory, ours)
+    honest = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
+                      "--public-key", str(public)], env)
+    assert honest.returncode == 1 and "gate: FAIL gameday.gate > ecc" in honest.stdout
+    chain = Chain(directory, signing.load_private(ours))
+    attack(chain, "resign", 2, 0, signing.load_private(theirs))  # the newest, now passing
+    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
+                      "--public-key", str(public)], env)
+    assert result.returncode == 1, result.stdout
+    line = next(x for x in result.stdout.splitlines() if x.startswith(f"gate: rejected {paths[2]}"))
+    assert "edited journal" in line or "bad signature" in line, line
+    assert "could not run: evidence rejected: its newest journal" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("gate: FAILED")
+
+    directory = tmp_path / "deleted"
+    _failing_newest(directory, ours)
+    chain = Chain(directory, signing.load_private(ours))
+    for signer in (None, signing.load_private(theirs)):
+        attack(chain, "delete-newest-rehead", 0, 0 if signer is None else 1,
+               signing.load_private(theirs))
+        result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
+                          "--public-key", str(public), "--junit", str(tmp_path / "j.xml")],
+                         env)
+        assert result.returncode == 1, result.stdout
+        assert "evidence: every journal and chain verifies" in result.stdout
+        assert ("unsigned chain head" in result.stdout
+                or "bad signature: .chain-head" in result.stdout), result.stdout

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from faults.catalogue import CATALOGUE
 from gameday.evidence.journal import encode
 from gameday.evidence.summary import read_summary
 from gameday.experiment.extension import COVERAGE_LAYERS
@@ -30,6 +29,7 @@ from gameday.gamedays import coverage
 from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
+from gameday.kinds import CATALOGUE
 
 GOAL_S = 5.0
 

@@ -23,11 +23,11 @@ from typing import Any
 from chaoslib.exceptions import ActivityFailed
 
 from faults._activity import failing_activity, revert_run, validated
-from faults.base import FaultKind
-from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 from gameday.engine import session as sessions
 from gameday.errors import BlastRadiusExceeded, InvalidInput, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Intent
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 from gameday.safety.locks import target_key
 from gameday.targets.kubernetes.marks import Mark
 from gameday.targets.kubernetes.nodes import NodeEditor, PodRef
@@ -160,7 +160,8 @@ def _route(target: KubernetesTarget) -> Any:
     return target.route
 
 
-def _on_nodes(kind: FaultKind, action: str, selector: dict[str, Any], params: dict[str, Any],
+def _on_nodes(kind: KindSpec[KindParams], action: str, selector: dict[str, Any],
+              params: dict[str, Any],
               lease_s: float | None,
               apply: Callable[[NodeEditor, str, Mark], None],
               inverse: Callable[[str], dict[str, str]]) -> dict[str, Any]:

@@ -10,14 +10,12 @@ within its bound.
 
 from typing import Any
 
-from chaoslib.exceptions import ActivityFailed
-
 from faults._activity import failing_activity, revert_run, validated
-from faults.base import FaultKind
-from faults.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
 from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.node import NODE_CPU_HOG, NODE_MEMORY_HOG
 
 __all__ = ["cpu_hog", "memory_hog", "revert"]
 
@@ -42,9 +40,6 @@ def memory_hog(node: str | None = None, memory_mib: int = 256, limit_mib: int | 
     never take more than that."""
     params = validated(NODE_MEMORY_HOG, {"memory_mib": memory_mib, "limit_mib": limit_mib,
                                          "duration_s": duration_s})
-    if params["limit_mib"] is not None and params["limit_mib"] < params["memory_mib"]:
-        raise ActivityFailed(f"arguments.limit_mib: must be >= memory_mib "
-                             f"({params['memory_mib']}), got {params['limit_mib']}")
     return _inject(NODE_MEMORY_HOG, "memory_hog", node, params, lease_s)
 
 
@@ -54,7 +49,7 @@ def revert() -> dict[str, Any]:
 
 
 
-def _inject(kind: FaultKind, action: str, node: str | None, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, node: str | None, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     session = sessions.current()
     with failing_activity():

@@ -21,18 +21,17 @@ from typing import Any
 from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import selector_mapping
 from faults._selective import revert_kinds
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
-from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import AgentError, InvalidInput
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.process import PROCESS_KILL, PROCESS_PAUSE, PROCESS_SELECTOR
 from gameday.targets.base import Target, read_lab_document
 from gameday.targets.kubernetes.target import KubernetesTarget
 
 __all__ = ["kill", "pause", "resume", "revert"]
 
-_KEYS = SELECTOR_KEYS["process"]
+_KEYS = PROCESS_SELECTOR.key_names
 _FILTERS = ("env", "parent", "cgroup")  # host selectors that narrow name/cmdline, or stand alone
 
 
@@ -165,7 +164,7 @@ def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
                             "pod": container.pod_label(), "container": container.container}
 
 
-def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with failing_activity():
         node, agent_target = resolve_process(selector)

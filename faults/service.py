@@ -12,14 +12,13 @@ from typing import Any
 
 from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inject_on_node, selector_mapping
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
-from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
 from gameday.engine.agent_client import AgentClient
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.service import SERVICE_LATENCY, SERVICE_SELECTOR, SERVICE_TIMEOUT
 
 __all__ = ["latency", "revert", "timeout"]
 
-_SERVICE_KEYS = SELECTOR_KEYS["service"]
+_SERVICE_KEYS = SERVICE_SELECTOR.key_names
 
 
 def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,
@@ -63,7 +62,7 @@ def _service_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[st
     return build
 
 
-def _inject(kind: FaultKind, action: str, service: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, service: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with failing_activity():
         selector = selector_mapping(service, "service", _SERVICE_KEYS)

@@ -15,16 +15,15 @@ from typing import Any
 from faults._activity import failing_activity, revert_run, validated
 from faults._nodes import inventory_of, selector_mapping
 from faults._selective import revert_kinds
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
-from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
 from gameday import activity
 from gameday.engine import session as sessions
 from gameday.errors import InvalidInput
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.storage import STORAGE_ERRORS, STORAGE_SELECTOR, STORAGE_SLOW, STORAGE_STALL
 
 __all__ = ["errors", "revert", "revert_storage", "slow", "stall"]
 
-_KEYS = SELECTOR_KEYS["storage"]
+_KEYS = STORAGE_SELECTOR.key_names
 
 
 def stall(storage: dict[str, Any], ops: list[str] | None = None, within: str = "/",
@@ -119,7 +118,7 @@ def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
                        path="storage")
 
 
-def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with failing_activity():
         node, agent_target = resolve_storage(selector)

@@ -34,6 +34,10 @@ imports a module of Y:
   never (the CLI passes it what it shows, projections included). ``gameday.evidence.summary``
   (a journal read into a summary) is shared by reports and game days.
 
+- ``gameday.kinds`` (every fault kind, declared once) is at the bottom of the house: it
+  imports nothing of ours but ``gameday.errors``, ``gameday.contract`` and itself, so
+  the orchestrator and the agent side can both read it.
+
 And no file tracked by git outside ``.ci/`` cites the house plan (the section sign after
 its name, or a path into the shared folder above the repository).
 """
@@ -264,6 +268,16 @@ def test_engines_return_results_and_the_cli_prints_them() -> None:
            + _offending(edges, ("gameday.report.terminal",),
                         ("gameday.gamedays", "gameday.engine", "gameday.cli")))
     assert not bad, "an engine imports the reports, or a report an engine:\n" + "\n".join(bad)
+
+
+#: What the fault kinds' declarations may import: the bottom of the house only.
+KINDS_MAY_IMPORT = ("gameday.kinds", "gameday.errors", "gameday.contract")
+
+
+def test_the_kinds_import_only_the_bottom_of_the_house() -> None:
+    bad = [str(e) for e in all_imports() if under(e.source, "gameday.kinds")
+           and not under(e.target, *KINDS_MAY_IMPORT)]
+    assert not bad, "gameday.kinds imports above the bottom of the house:\n" + "\n".join(bad)
 
 
 def test_no_file_cites_the_house_plan() -> None:

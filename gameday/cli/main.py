@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from faults.base import FaultKind
+    from gameday.kinds import KindParams, KindSpec
 
 from gameday import __version__, paths
 from gameday.cli.output import add_output_argument, emit, wants_json
@@ -206,7 +206,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_faults(args: argparse.Namespace) -> int:
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     if args.markdown:
         from faults.reference import catalogue_markdown, kind_markdown
@@ -233,11 +233,11 @@ def _cmd_faults(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fault_kind(name: str) -> "FaultKind":
+def _fault_kind(name: str) -> "KindSpec[KindParams]":
     """The catalogue entry ``name``, or InvalidInput naming the closest kinds."""
     import difflib
 
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     if name in CATALOGUE:
         return CATALOGUE[name]

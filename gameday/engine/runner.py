@@ -26,7 +26,6 @@ from chaoslib.run import Runner
 from chaoslib.types import Strategy
 
 import gameday
-from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import signals
@@ -37,6 +36,7 @@ from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
+from gameday.kinds import by_activity
 from gameday.safety import targetconfig
 from gameday.safety.locks import target_key
 from gameday.targets.base import GpuRef, Target, run_configuration, target_settings

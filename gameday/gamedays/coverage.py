@@ -39,13 +39,13 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from faults.catalogue import CATALOGUE
 from gameday import __version__
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import verify_tree
 from gameday.evidence.summary import JournalSummary, is_journal_file, read_summary
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
+from gameday.kinds import CATALOGUE
 from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from faults.catalogue import CATALOGUE
 from gameday.experiment.loader import load_experiment
+from gameday.kinds import CATALOGUE
 from tests.conftest import REPO, cli_env, gameday, python_activity
 from tests.report.reports_helpers import real_journal, varied, write
 

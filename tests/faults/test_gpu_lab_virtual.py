@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from faults.catalogue import CATALOGUE
 from gameday.clock import FakeClock
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds import CATALOGUE
 from gameday.lab.alerts import CRITICAL_ALERTS
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.exporter import render_dcgm

@@ -132,7 +132,7 @@ def test_freezer_stall_freezes_and_thaws_a_real_process(
 
 
 def test_catalogue_entries_are_the_activities_and_the_host_handlers() -> None:
-    from faults.catalogue import CATALOGUE, by_activity
+    from gameday.kinds import CATALOGUE, by_activity
     from gameday.node.host.backend import host_backend
 
     kinds = host_backend("here").capabilities()

@@ -1,0 +1,119 @@
+"""The selectors a fault kind accepts: the keys of its target argument and their types.
+
+A :class:`Selector` is what an experiment writes to say where a fault lands (``gpu:
+{holding_shard: 0}``, ``link: {node: node-1}``); the run resolves it to agent targets.
+Its check refuses unknown keys and values of the wrong type with the key path, and never
+walks a value it refuses.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gameday.errors import InvalidInput
+from gameday.kinds.params import shown
+
+__all__ = ["Selector", "SelectorKey"]
+
+_WORDS = {str: "a string", int: "an integer", float: "a number", dict: "a mapping",
+          list: "a list"}
+_SCHEMA = {str: "string", int: "integer", float: "number", dict: "object", list: "array"}
+#: The most keys a selector mapping may have.
+MAX_KEYS = 64
+
+
+@dataclass(frozen=True)
+class SelectorKey:
+    """One key of a selector and the JSON types its value may have (``list``: several of
+    the scalar types, any one of which matches)."""
+
+    name: str
+    types: tuple[type, ...]
+    doc: str = ""
+
+    def check(self, value: Any, path: str) -> None:
+        if self._fits(value):
+            return
+        words = " or ".join(_WORDS[t] for t in self.types)
+        raise InvalidInput(f"must be {words}, got {shown(value)}", path=path)
+
+    def _fits(self, value: Any) -> bool:
+        for expected in self.types:
+            if expected is float and isinstance(value, int | float) and \
+                    not isinstance(value, bool):
+                return True
+            if expected is int and isinstance(value, int) and not isinstance(value, bool):
+                return True
+            if expected is list and isinstance(value, list):
+                return True
+            if expected in (str, dict) and isinstance(value, expected):
+                return True
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        names = [_SCHEMA[t] for t in self.types]
+        return {"type": names[0] if len(names) == 1 else names, "description": self.doc}
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A kind's target argument: ``argument`` names it in the activity; a mapping of
+    ``keys`` (unless not ``mapping_form``), or (``name_form``) a bare name; ``None`` (an
+    empty selector) when ``nullable``."""
+
+    argument: str
+    doc: str
+    keys: tuple[SelectorKey, ...] = ()
+    name_form: bool = False
+    mapping_form: bool = True
+    nullable: bool = True
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(key.name for key in self.keys)
+
+    def check(self, value: Any, path: str, *, skip_unresolved: bool = False) -> None:
+        """:class:`InvalidInput` (with the key path) for a selector this kind cannot use.
+        With ``skip_unresolved`` a ``${...}`` string is left for the run to substitute."""
+        if skip_unresolved and isinstance(value, str) and "${" in value:
+            return
+        if value is None:
+            if self.nullable:
+                return
+            raise InvalidInput("is required (a selector)", path=path)
+        if self.name_form and isinstance(value, str):
+            return
+        if not self.mapping_form or not isinstance(value, Mapping):
+            form = ("a name" if not self.mapping_form else
+                    "a name or a mapping" if self.name_form else "a mapping")
+            keys = f" ({', '.join(self.key_names)})" if self.mapping_form else ""
+            raise InvalidInput(f"must be {form}{keys}, got {shown(value)}", path=path)
+        if len(value) > MAX_KEYS:
+            raise InvalidInput(f"has {len(value)} keys; a selector has at most "
+                               f"{len(self.keys)}", path=path)
+        by_name = {key.name: key for key in self.keys}
+        for name, inner in value.items():
+            key = by_name.get(name) if isinstance(name, str) else None
+            if key is None:
+                raise InvalidInput(f"unknown selector key (known: "
+                                   f"{', '.join(self.key_names) or 'none'})",
+                                   path=f"{path}.{shown(name).strip(chr(39))}")
+            if not (skip_unresolved and isinstance(inner, str) and "${" in inner):
+                key.check(inner, f"{path}.{name}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The selector as a JSON Schema (an object with ``additionalProperties: false``;
+        also a string with ``name_form``, also null when ``nullable``)."""
+        mapping = {"type": "object", "properties": {k.name: k.to_json() for k in self.keys},
+                   "additionalProperties": False}
+        forms: list[dict[str, Any]] = [mapping] if self.mapping_form else []
+        if self.name_form:
+            forms.append({"type": "string"})
+        if self.nullable:
+            forms.append({"type": "null"})
+        schema: dict[str, Any] = {"description": self.doc}
+        if len(forms) == 1:
+            schema.update(forms[0])
+        else:
+            schema["anyOf"] = forms
+        return schema

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from gameday.errors import InvalidInput
 
-__all__ = ["Param", "param", "params_of", "required", "shown"]
+__all__ = ["Param", "param", "params_of", "required", "shown", "shown_key"]
 
 T = TypeVar("T")
 
@@ -45,6 +45,13 @@ def shown(value: object) -> str:
         text = repr(value)
         return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...'"
     return f"a {type(value).__name__}"
+
+
+def shown_key(key: str) -> str:
+    """A key as a key path shows it: cut to :data:`SHOWN_CHARS` (then ``...``), every
+    character that does not print escaped (so the error stays one readable line)."""
+    cut = key if len(key) <= SHOWN_CHARS else key[:SHOWN_CHARS] + "..."
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
 
 
 @dataclass(frozen=True)

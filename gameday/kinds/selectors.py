@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gameday.errors import InvalidInput
-from gameday.kinds.params import shown
+from gameday.kinds.params import shown, shown_key
 
 __all__ = ["Selector", "SelectorKey"]
 
@@ -97,7 +97,7 @@ class Selector:
             if key is None:
                 raise InvalidInput(f"unknown selector key (known: "
                                    f"{', '.join(self.key_names) or 'none'})",
-                                   path=f"{path}.{shown(name).strip(chr(39))}")
+                                   path=f"{path}.{shown_key(str(name))}")
             if not (skip_unresolved and isinstance(inner, str) and "${" in inner):
                 key.check(inner, f"{path}.{name}")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from gameday.errors import InvalidInput
-from gameday.kinds.params import Param, params_of, shown
+from gameday.kinds.params import Param, params_of, shown, shown_key
 from gameday.kinds.selectors import Selector
 
 __all__ = ["MAX_KEYS", "KindParams", "KindSpec"]
@@ -165,9 +165,9 @@ class KindSpec(Generic[P]):
             return InvalidInput(f"a parameter name is a string, got {shown(key)}", path=path)
         close = difflib.get_close_matches(key[:100], names, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
-        shown_key = key if len(key) <= 60 else key[:60] + "..."
         return InvalidInput(f"unknown parameter of {self.name} (known: "
-                            f"{', '.join(names) or 'none'}){hint}", path=f"{path}.{shown_key}")
+                            f"{', '.join(names) or 'none'}){hint}",
+                            path=f"{path}.{shown_key(key)}")
 
     def params_schema(self) -> dict[str, Any]:
         """The arguments an experiment may give this kind, as a JSON Schema object: every

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 import structlog
 
 from gameday.contract.backend import FaultRequest
-from gameday.errors import FaultRejected
+from gameday.errors import FaultRejected, InvalidInput
+from gameday.kinds import KindParams
 from gameday.lab.gpustate import (
     GPU_FIELDS,
     GpuState,
@@ -144,14 +145,16 @@ class VirtualGpuBackend:
         "name"}]}``), or the :class:`FaultRejected` it would raise."""
         fault = self._fault(request.kind)
         with self._lock:
-            change = fault.validate(request.target, request.params, tuple(self._gpus))
+            change = fault.validate(request.target, _parsed(fault, request),
+                                    tuple(self._gpus))
             gpu = self._gpus[change.gpu]
         return {"gpus": [{"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name}]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         fault = self._fault(request.kind)
         with self._lock:
-            change = fault.validate(request.target, request.params, tuple(self._gpus))
+            change = fault.validate(request.target, _parsed(fault, request),
+                                    tuple(self._gpus))
             old = self._gpus[change.gpu]
             changes = change.changes(old)
             new = old.with_values(changes)
@@ -273,3 +276,12 @@ def virtual_backend(node: str, *, gpus: int = 4) -> VirtualGpuBackend:
     tmp = Path(tempfile.mkdtemp(prefix="gameday-virtual-"))
     atexit.register(shutil.rmtree, tmp, True)
     return VirtualGpuBackend(node, tmp, gpus=gpus, fresh=True)
+
+
+def _parsed(fault: VirtualFault, request: FaultRequest) -> KindParams:
+    """The request's parameters as the kind's declaration parses them, or
+    :class:`FaultRejected` naming the key path."""
+    try:
+        return fault.spec.parse(request.params)
+    except InvalidInput as exc:
+        raise FaultRejected(f"{request.kind}: {exc}") from None

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from gameday.errors import InvalidInput
+from gameday.errors import FaultRejected, InvalidInput
 from gameday.kinds.params import Param, params_of, shown, shown_key
 from gameday.kinds.selectors import Selector
 
@@ -107,6 +107,16 @@ class KindSpec(Generic[P]):
             raise InvalidInput(f"{self.name}: {exc}", path=path) from None
         parsed.check(path)
         return parsed
+
+    def backend_params(self, params: object) -> P:
+        """The parameters of a request as a backend reads them: :meth:`parse`, with a
+        refusal raised as :class:`FaultRejected` (the backend seam's error), naming the
+        kind and the key path. The agent has parsed them already; a backend called
+        directly (a test, the lab) is held to the same declaration."""
+        try:
+            return self.parse(params)
+        except InvalidInput as exc:
+            raise FaultRejected(f"{self.name}: {exc}") from None
 
     def check_arguments(self, arguments: object, *, path: str = "arguments",
                         skip_unresolved: bool = False) -> None:

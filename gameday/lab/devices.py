@@ -26,8 +26,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from gameday.contract.backend import FaultRequest
-from gameday.errors import FaultRejected, InvalidInput
-from gameday.kinds import KindParams
+from gameday.errors import FaultRejected
 from gameday.lab.gpustate import (
     GPU_FIELDS,
     GpuState,
@@ -145,7 +144,8 @@ class VirtualGpuBackend:
         "name"}]}``), or the :class:`FaultRejected` it would raise."""
         fault = self._fault(request.kind)
         with self._lock:
-            change = fault.validate(request.target, _parsed(fault, request),
+            change = fault.validate(request.target,
+                                    fault.spec.backend_params(request.params),
                                     tuple(self._gpus))
             gpu = self._gpus[change.gpu]
         return {"gpus": [{"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name}]}
@@ -153,7 +153,8 @@ class VirtualGpuBackend:
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         fault = self._fault(request.kind)
         with self._lock:
-            change = fault.validate(request.target, _parsed(fault, request),
+            change = fault.validate(request.target,
+                                    fault.spec.backend_params(request.params),
                                     tuple(self._gpus))
             old = self._gpus[change.gpu]
             changes = change.changes(old)
@@ -277,11 +278,3 @@ def virtual_backend(node: str, *, gpus: int = 4) -> VirtualGpuBackend:
     atexit.register(shutil.rmtree, tmp, True)
     return VirtualGpuBackend(node, tmp, gpus=gpus, fresh=True)
 
-
-def _parsed(fault: VirtualFault, request: FaultRequest) -> KindParams:
-    """The request's parameters as the kind's declaration parses them, or
-    :class:`FaultRejected` naming the key path."""
-    try:
-        return fault.spec.parse(request.params)
-    except InvalidInput as exc:
-        raise FaultRejected(f"{request.kind}: {exc}") from None

@@ -178,7 +178,7 @@ def test_bad_parameters_are_refused_before_anything_is_signalled(
            ({"pid": ticker.pid}, {"duration_s": float("nan")}, "params.duration_s"),
            ({"pid": ticker.pid}, {"max_processes": 100000}, "params.max_processes"),
            ({"pid": ticker.pid}, {"max_processes": True}, "params.max_processes"),
-           ({"pid": ticker.pid}, {"signal": "KILL"}, "params.signal is unknown"),
+           ({"pid": ticker.pid}, {"signal": "KILL"}, "params.signal: unknown parameter"),
            ({"pid": ticker.pid, "x": 1}, {}, "target.x is unknown"),
            ({"pid": ticker.pid, "name": "python"}, {}, "exactly one of"),
            ({"pid": "12"}, {}, "target.pid"),

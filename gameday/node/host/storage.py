@@ -69,7 +69,7 @@ class FuseStorageFault:
         try:
             return path, rule_for_fault(self.kind, request.params)
         except RuleError as exc:
-            raise FaultRejected(f"params.{exc}") from None
+            raise FaultRejected(str(exc)) from None
 
     def check(self, request: FaultRequest) -> dict[str, Any]:
         """The directory :meth:`apply` would layer (resolved), read-only; for the

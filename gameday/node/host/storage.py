@@ -17,6 +17,7 @@ from typing import Any
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds.storage import STORAGE_STALL
 from gameday.node.cgroups import BoundedGroup, CgroupError, detect, group_prefix
 from gameday.node.faultfs.control import ControlError
 from gameday.node.faultfs.mount import mount_table
@@ -59,6 +60,12 @@ class FuseStorageFault:
     def unavailable(self) -> str | None:
         return _fuse_unavailable()
 
+    def _freezer(self, request: FaultRequest) -> bool:
+        """Whether ``request`` stalls by the cgroup freezer (``storage.stall``'s
+        ``mechanism``, as its declaration parses it), not the fault filesystem."""
+        return self.kind == STORAGE_STALL.name and \
+            STORAGE_STALL.backend_params(request.params).mechanism == "freezer"
+
     def _checked(self, request: FaultRequest) -> tuple[Path, Rule]:
         """The directory to layer and the rule of ``request`` (FUSE), checked;
         :class:`FaultRejected` otherwise. Changes nothing."""
@@ -74,7 +81,7 @@ class FuseStorageFault:
     def check(self, request: FaultRequest) -> dict[str, Any]:
         """The directory :meth:`apply` would layer (resolved), read-only; for the
         freezer, the cgroup or process it would freeze."""
-        if request.params.get("mechanism") != "freezer":
+        if not self._freezer(request):
             return {"paths": [str(self._checked(request)[0])]}
         try:
             cgroup, pid = self._freeze_target(request)
@@ -85,7 +92,7 @@ class FuseStorageFault:
         return {"processes": [{"pid": pid, "command": " ".join(command_line(pid or 0))}]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        if request.params.get("mechanism") == "freezer":
+        if self._freezer(request):
             return self._freeze(fault_id, request)
         path, rule = self._checked(request)
         client = self.layers.acquire(Path(path), fault_id)
@@ -97,7 +104,7 @@ class FuseStorageFault:
         return {"path": path, "mechanism": "fuse", "rule": rule.to_json()}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
-        if request.params.get("mechanism") == "freezer":
+        if self._freezer(request):
             self._thaw(fault_id, request)
             return
         path = request.target.get("path") or request.target.get("mount")

@@ -8,6 +8,7 @@ a gameday agent can be selected (someone must be able to undo the mark).
 from dataclasses import dataclass
 from typing import Literal
 
+from gameday.kinds.gpu import GPU_SELECTOR
 from gameday.kinds.params import param, required
 from gameday.kinds.selectors import Selector, SelectorKey
 from gameday.kinds.spec import KindParams, KindSpec
@@ -20,8 +21,9 @@ NODE_SELECTOR = Selector(
     doc="which node(s): {name: NODE} | {labels: {KEY: VALUE}} | {gpu: <GPU selector>} (the "
         "nodes of those GPUs)",
     keys=(SelectorKey("name", (str, list), "the node with this name"),
-          SelectorKey("labels", (dict,), "the nodes with these labels"),
-          SelectorKey("gpu", (dict,), "the nodes of the GPUs this GPU selector picks")),
+          SelectorKey("labels", (dict,), "the nodes with these labels", labels=True),
+          SelectorKey("gpu", (dict,), "the nodes of the GPUs this GPU selector picks",
+                      nested=GPU_SELECTOR)),
     nullable=False)
 
 _COUNT_DOC = "how many of the selected nodes (first by name)"

@@ -9,6 +9,29 @@ from gameday.kinds.spec import KindParams, KindSpec
 __all__ = ["KINDS", "PROCESS_KILL", "PROCESS_PAUSE", "PROCESS_SELECTOR", "KillParams",
            "PauseParams"]
 
+_ENV = SelectorKey("env", (dict,), "host: processes with these environment values",
+                   labels=True)
+#: A process's parent, as a selector of its own (one level: no parent of its own).
+PARENT_SELECTOR = Selector(
+    argument="parent",
+    doc="host: the parent whose children are selected: {pid | name | cmdline, env, cgroup}",
+    keys=(SelectorKey("pid", (int,), "this process id"),
+          SelectorKey("name", (str,), "processes with this command name"),
+          SelectorKey("cmdline", (str,), "processes whose command line matches"),
+          _ENV,
+          SelectorKey("cgroup", (str,), "processes whose cgroup matches")),
+    nullable=False)
+#: A container of a Kubernetes pod.
+POD_SELECTOR = Selector(
+    argument="pod",
+    doc="kubernetes: {namespace, name | labels | label_selector, container}",
+    keys=(SelectorKey("namespace", (str,), "the pod's namespace"),
+          SelectorKey("name", (str,), "the pod by name"),
+          SelectorKey("labels", (dict,), "pods with these labels", labels=True),
+          SelectorKey("label_selector", (str,), "pods matching this label selector"),
+          SelectorKey("container", (str,), "the container (default: the only one)")),
+    nullable=False)
+
 PROCESS_SELECTOR = Selector(
     argument="process",
     doc="which process: {shard: N} | {role: router} (lab) | {pid: N} | {name: COMM} | "
@@ -22,10 +45,12 @@ PROCESS_SELECTOR = Selector(
           SelectorKey("name", (str,), "host: processes with this command name"),
           SelectorKey("cmdline", (str,), "host: processes whose command line matches"),
           SelectorKey("node", (str,), "the node"),
-          SelectorKey("env", (dict,), "host: processes with these environment values"),
-          SelectorKey("parent", (dict,), "host: the children of the process it selects"),
+          _ENV,
+          SelectorKey("parent", (dict,), "host: the children of the process it selects",
+                      nested=PARENT_SELECTOR),
           SelectorKey("cgroup", (str,), "host: processes whose cgroup matches"),
-          SelectorKey("pod", (dict,), "kubernetes: a container of a pod")),
+          SelectorKey("pod", (dict,), "kubernetes: a container of a pod",
+                      nested=POD_SELECTOR)),
     nullable=False)
 
 _MAX_DOC = ("refuse (nothing signalled) when the selector matches more processes than "

@@ -20,22 +20,31 @@ _WORDS = {str: "a string", int: "an integer", float: "a number", dict: "a mappin
 _SCHEMA = {str: "string", int: "integer", float: "number", dict: "object", list: "array"}
 #: The most keys a selector mapping may have.
 MAX_KEYS = 64
+#: The schema of one value of a map of labels.
+LABEL_VALUE = {"type": ["string", "integer"]}
 
 
 @dataclass(frozen=True)
 class SelectorKey:
     """One key of a selector and the JSON types its value may have (``list``: several of
-    the scalar types, any one of which matches)."""
+    the scalar types, any one of which matches). A mapping value is either a selector of
+    its own (``nested``: a process's ``parent``, a node's ``gpu``) or a map of free keys
+    to strings (``labels``: node labels, an environment)."""
 
     name: str
     types: tuple[type, ...]
     doc: str = ""
+    nested: "Selector | None" = None
+    labels: bool = False
 
-    def check(self, value: Any, path: str) -> None:
-        if self._fits(value):
-            return
-        words = " or ".join(_WORDS[t] for t in self.types)
-        raise InvalidInput(f"must be {words}, got {shown(value)}", path=path)
+    def check(self, value: Any, path: str, *, skip_unresolved: bool = False) -> None:
+        if not self._fits(value):
+            words = " or ".join(_WORDS[t] for t in self.types)
+            raise InvalidInput(f"must be {words}, got {shown(value)}", path=path)
+        if self.nested is not None and isinstance(value, Mapping):
+            self.nested.check(value, path, skip_unresolved=skip_unresolved)
+        elif self.labels and isinstance(value, Mapping):
+            _check_labels(value, path, skip_unresolved=skip_unresolved)
 
     def _fits(self, value: Any) -> bool:
         for expected in self.types:
@@ -51,8 +60,28 @@ class SelectorKey:
         return False
 
     def to_json(self) -> dict[str, Any]:
+        if self.nested is not None:
+            return {**self.nested.to_json(), "description": self.doc}
         names = [_SCHEMA[t] for t in self.types]
-        return {"type": names[0] if len(names) == 1 else names, "description": self.doc}
+        schema: dict[str, Any] = {"type": names[0] if len(names) == 1 else names,
+                                  "description": self.doc}
+        if self.labels:
+            schema["additionalProperties"] = dict(LABEL_VALUE)
+        return schema
+
+
+def _check_labels(value: Mapping[Any, Any], path: str, *, skip_unresolved: bool) -> None:
+    """A map of names to strings (node labels, environment values; an integer is taken
+    as its digits), at most :data:`MAX_KEYS` of them."""
+    if len(value) > MAX_KEYS:
+        raise InvalidInput(f"has {len(value)} keys; at most {MAX_KEYS}", path=path)
+    for name, inner in value.items():
+        if not isinstance(name, str):
+            raise InvalidInput(f"a name is a string, got {shown(name)}", path=path)
+        if isinstance(inner, str) or (isinstance(inner, int) and not isinstance(inner, bool)):
+            continue
+        raise InvalidInput(f"must be a string (or an integer), got {shown(inner)}",
+                           path=f"{path}.{shown_key(name)}")
 
 
 @dataclass(frozen=True)
@@ -99,7 +128,7 @@ class Selector:
                                    f"{', '.join(self.key_names) or 'none'})",
                                    path=f"{path}.{shown_key(str(name))}")
             if not (skip_unresolved and isinstance(inner, str) and "${" in inner):
-                key.check(inner, f"{path}.{name}")
+                key.check(inner, f"{path}.{name}", skip_unresolved=skip_unresolved)
 
     def to_json(self) -> dict[str, Any]:
         """The selector as a JSON Schema (an object with ``additionalProperties: false``;

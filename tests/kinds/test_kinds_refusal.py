@@ -274,3 +274,34 @@ def test_the_labs_virtual_gpus_are_untouched_by_a_refused_request(
         _refused_naming(refused.value, path)
         assert client.faults() == []
     assert backend.snapshot() == before
+
+
+SELECTING = [name for name in KINDS
+             if CATALOGUE[name].selects is not None and CATALOGUE[name].selects.mapping_form]
+
+
+@pytest.mark.parametrize("name", SELECTING)
+@SETTINGS
+@given(data=st.data())
+def test_validate_refuses_a_selector_key_the_kind_does_not_declare(
+        name: str, data: st.DataObject) -> None:
+    kind = CATALOGUE[name]
+    selects = kind.selects
+    assert selects is not None
+    key = data.draw(st.text(min_size=1, max_size=30).filter(
+        lambda k: k not in selects.key_names))
+    nested = [k for k in selects.keys if k.nested is not None]
+    arguments: dict[str, Any] = data.draw(valid_params(kind))
+    if nested and data.draw(st.booleans()):  # one level down: parent, pod, gpu
+        where = data.draw(st.sampled_from(nested))
+        assert where.nested is not None
+        assume(key not in where.nested.key_names)
+        arguments[selects.argument] = {where.name: {key: data.draw(unknown_values)}}
+        path = f"arguments.{selects.argument}.{where.name}."
+    else:
+        arguments[selects.argument] = {key: data.draw(unknown_values)}
+        path = f"arguments.{selects.argument}."
+    with pytest.raises(InvalidInput) as refused:
+        kind.check_arguments(arguments)
+    assert str(refused.value).startswith(path), str(refused.value)
+    assert "unknown selector key" in str(refused.value)

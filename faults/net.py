@@ -21,7 +21,6 @@ from gameday.kinds.net import LINK_SELECTOR, NET_LINK_FLAP, NET_LOSS, NET_PARTIT
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]
 
-_LINK_KEYS = LINK_SELECTOR.key_names
 
 
 def link_flap(link: dict[str, Any] | None = None, down_s: float = 2.0, up_s: float = 2.0,
@@ -100,6 +99,6 @@ def _link_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[str, 
 def _inject(kind: KindSpec[KindParams], action: str, link: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with failing_activity():
-        selector = selector_mapping(link, "link", _LINK_KEYS)
+        selector = selector_mapping(link, LINK_SELECTOR)
         return inject_on_node(kind.name, action, selector.get("node"), "link",
                               _link_target(selector), params, lease_s)

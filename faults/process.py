@@ -82,7 +82,7 @@ def _pick_node(target: Target, node: Any) -> str:
 
 def resolve_process(selector: Any) -> tuple[str, dict[str, Any]]:
     """The node whose agent signals, and the agent-side target."""
-    chosen = selector_mapping(selector, "process", _KEYS)
+    chosen = selector_mapping(selector, PROCESS_SELECTOR)
     filters = {key: chosen[key] for key in _FILTERS if key in chosen}
     which = [key for key in _KEYS if key not in ("node", *_FILTERS) and key in chosen]
     target = sessions.current().require_target()

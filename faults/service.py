@@ -18,7 +18,6 @@ from gameday.kinds.service import SERVICE_LATENCY, SERVICE_SELECTOR, SERVICE_TIM
 
 __all__ = ["latency", "revert", "timeout"]
 
-_SERVICE_KEYS = SERVICE_SELECTOR.key_names
 
 
 def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,
@@ -65,6 +64,6 @@ def _service_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[st
 def _inject(kind: KindSpec[KindParams], action: str, service: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with failing_activity():
-        selector = selector_mapping(service, "service", _SERVICE_KEYS)
+        selector = selector_mapping(service, SERVICE_SELECTOR)
         return inject_on_node(kind.name, action, selector.get("node"), "service",
                               _service_target(selector), params, lease_s)

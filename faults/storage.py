@@ -83,7 +83,7 @@ def revert() -> dict[str, Any]:
 
 def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
     """The node and the agent-side target (``{"mount": NAME}`` or ``{"path": P}``)."""
-    chosen = selector_mapping(selector, "storage", _KEYS)
+    chosen = selector_mapping(selector, STORAGE_SELECTOR)
     which = [key for key in _KEYS if key != "node" and key in chosen]
     if len(which) != 1:
         raise InvalidInput("give exactly one of mount, path, pid, cgroup", path="storage")

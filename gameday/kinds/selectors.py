@@ -124,7 +124,7 @@ class Selector:
         for name, inner in value.items():
             key = by_name.get(name) if isinstance(name, str) else None
             if key is None:
-                raise InvalidInput(f"unknown selector key (known: "
+                raise InvalidInput(f"unknown key (known: "
                                    f"{', '.join(self.key_names) or 'none'})",
                                    path=f"{path}.{shown_key(str(name))}")
             if not (skip_unresolved and isinstance(inner, str) and "${" in inner):

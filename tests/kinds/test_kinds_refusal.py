@@ -304,4 +304,4 @@ def test_validate_refuses_a_selector_key_the_kind_does_not_declare(
     with pytest.raises(InvalidInput) as refused:
         kind.check_arguments(arguments)
     assert str(refused.value).startswith(path), str(refused.value)
-    assert "unknown selector key" in str(refused.value)
+    assert "unknown key (known: " in str(refused.value)

@@ -21,14 +21,22 @@ from gameday.logs import SECRET_WORDS
 __all__ = ["AuditTrail", "redact"]
 
 
-def redact(value: Any) -> Any:
+#: How deep :func:`redact` copies a value; deeper is recorded as ``"[too deep]"`` (a
+#: refused request 500 levels deep still gets its record, without recursing that far).
+REDACT_DEPTH = 32
+
+
+def redact(value: Any, depth: int = REDACT_DEPTH) -> Any:
     """``value`` with the value of every key that names a secret
-    (:data:`gameday.logs.SECRET_WORDS`) replaced by ``"[redacted]"``, at any depth."""
+    (:data:`gameday.logs.SECRET_WORDS`) replaced by ``"[redacted]"``, down to ``depth``
+    levels; what lies deeper is replaced by ``"[too deep]"``."""
+    if isinstance(value, Mapping | list) and depth <= 0:
+        return "[too deep]"
     if isinstance(value, Mapping):
         return {str(k): "[redacted]" if any(w in str(k).lower() for w in SECRET_WORDS)
-                else redact(v) for k, v in value.items()}
+                else redact(v, depth - 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact(item) for item in value]
+        return [redact(item, depth - 1) for item in value]
     return value
 
 

@@ -225,11 +225,15 @@ def _cmd_faults(args: argparse.Namespace) -> int:
         print(f"{kind.name:<14} {kind.coverage_layer:<8} {kind.module}.{kind.func}  "
               f"[injected_at {layers}]")
         print(f"{'':<14} {kind.summary}")
-        if kind.selector:
-            print(f"{'':<16}{kind.selector} (a selector): which target")
+        if kind.selects is not None:
+            keys = ", ".join(kind.selects.key_names) or "a node name"
+            print(f"{'':<16}{kind.selects.argument} (a selector: {keys}): which target")
         for param in kind.params:
-            print(f"{'':<16}{param.name} ({param.type_name}, default "
-                  f"{param.default!r}): {param.doc}")
+            default = list(param.default) if isinstance(param.default, tuple) else \
+                param.default
+            print(f"{'':<16}{param.name} ({param.type_name}, "
+                  f"{'required' if param.required else f'default {default!r}'}): "
+                  f"{param.doc}")
     return 0
 
 

@@ -58,8 +58,10 @@ def parse(kind: str, params: object, *, path: str = "params") -> KindParams:
 
 
 def by_activity(module: str, func: str) -> KindSpec[KindParams] | None:
-    """The kind an activity (``faults.gpu.ecc_error``) injects, if it is declared."""
-    for kind in (*CATALOGUE.values(), *_registered.values()):
+    """The built-in kind an activity (``faults.gpu.ecc_error``) injects, if any (what
+    ``validate``, ``plan`` and coverage check before a run; a registered kind of a
+    user's own is checked by its activity and by the agent)."""
+    for kind in CATALOGUE.values():
         if kind.module == module and kind.func == func:
             return kind
     return None

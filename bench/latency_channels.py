@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults.catalogue import CATALOGUE
 from gameday.contract.gpus import gpu_label
 from gameday.errors import GamedayError
+from gameday.kinds import CATALOGUE
 from gameday.lab.httpjson import fetch_json
 from gameday.wire.agent_client import AgentClient
 

@@ -38,7 +38,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from faults.catalogue import CATALOGUE
 from gameday.evidence import checked, signing
 from gameday.evidence.index import RACY_S, VerifiedIndex
 from gameday.evidence.journal import CHAIN_FILE, ChainHead, encode
@@ -46,6 +45,7 @@ from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays import coverage, score
 from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary, runs_from_journals
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
+from gameday.kinds import CATALOGUE
 
 WARM_GOAL_S = 1.0
 SCORE_GOAL_S = 5.0

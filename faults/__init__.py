@@ -5,8 +5,8 @@
 - ``faults.storage``: stalls, errors, slow I/O; ``faults.process``: kill, pause;
 - ``faults.node``: CPU and memory hogs; ``faults.k8s``: pod kill, cordon, drain, taint.
 
-Each module also has ``revert`` (every fault of the run). The catalogue
-(``faults.catalogue``, ``gameday faults``) types every kind's parameters; see
+Each module also has ``revert`` (every fault of the run). Every kind is declared once in
+:mod:`gameday.kinds` (its typed parameters; ``gameday faults`` lists them); see
 ``docs/faults.md``, and docs/extending.md for activities of your own.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["activity_modules", "discover"]
 
 def activity_modules() -> tuple[str, ...]:
     """The modules of the catalogue's fault actions, in catalogue order."""
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     return tuple(dict.fromkeys(kind.module for kind in CATALOGUE.values()))
 

@@ -2,26 +2,21 @@
 check the node blast radius, inject, revert. Errors are GamedayError; the activities
 turn them into ActivityFailed."""
 
-from collections.abc import Mapping
 from typing import Any
 
 from gameday import activity
 from gameday.activity import AgentClient, check_nodes, pick_node
-from gameday.errors import InvalidInput
+from gameday.kinds import Selector
 
 __all__ = ["check_nodes", "inject_on_node", "inventory_of", "pick_node", "selector_mapping"]
 
 
-def selector_mapping(selector: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
-    """A selector as a mapping of known keys (None allowed: an empty selector)."""
+def selector_mapping(selector: Any, selects: Selector) -> dict[str, Any]:
+    """A selector as its kind's declaration checks it (known keys, their types, nested
+    selectors), as a mapping; None is an empty selector."""
     if selector is None:
         return {}
-    if not isinstance(selector, Mapping):
-        raise InvalidInput(f"must be a mapping ({', '.join(known)}), got {selector!r}",
-                           path=where)
-    for key in selector:
-        if key not in known:
-            raise InvalidInput(f"unknown key (known: {', '.join(known)})", path=f"{where}.{key}")
+    selects.check(selector, selects.argument)
     return dict(selector)
 
 

@@ -7,9 +7,8 @@ fault so ``revert`` (and the runner, always) can undo it.
 
 from typing import Any
 
-from chaoslib.exceptions import ActivityFailed
-
-from faults.kinds.gpu import (
+from gameday import activity
+from gameday.kinds.gpu import (
     GPU_ECC,
     GPU_FALL_OFF_BUS,
     GPU_MEMORY_LEAK,
@@ -17,7 +16,6 @@ from faults.kinds.gpu import (
     GPU_THERMAL,
     GPU_XID,
 )
-from gameday import activity
 
 __all__ = ["ecc_error", "fall_off_bus", "memory_leak", "oom", "revert", "thermal_throttle",
            "xid_error"]
@@ -37,10 +35,8 @@ def ecc_error(gpu: dict[str, Any], kind: str = "double_bit", count: int = 1,
 
     Returns ``{"faults": [{"id", "gpu", "injected_at", "applied_at", "expires_at"}]}``.
     """
-    params = GPU_ECC.validate({"kind": kind, "count": count, "xid": xid,
-                               "corrupt_weights": corrupt_weights})
-    if params["count"] == 0 and not params["corrupt_weights"] and params["xid"] is None:
-        raise ActivityFailed("gpu.ecc with count 0 needs corrupt_weights or an xid")
+    params = activity.validated(GPU_ECC, {"kind": kind, "count": count, "xid": xid,
+                                 "corrupt_weights": corrupt_weights})
     return _inject_on_gpus(GPU_ECC.name, "ecc_error", gpu, params, lease_s)
 
 
@@ -57,13 +53,7 @@ def oom(gpu: dict[str, Any], size_bytes: int | None = None, fraction: float | No
 
     Returns ``{"faults": [{"id", "gpu", "injected_at", "applied_at", "expires_at"}]}``.
     """
-    params = GPU_OOM.validate({"size_bytes": size_bytes, "fraction": fraction})
-    given = [name for name in ("size_bytes", "fraction") if params[name] is not None]
-    if len(given) != 1:
-        raise ActivityFailed("gpu.oom needs exactly one of size_bytes or fraction, got "
-                             + (" and ".join(given) or "neither"))
-    if params["fraction"] is not None and params["fraction"] <= 0:
-        raise ActivityFailed("gpu.oom fraction must be > 0")
+    params = activity.validated(GPU_OOM, {"size_bytes": size_bytes, "fraction": fraction})
     return _inject_on_gpus(GPU_OOM.name, "oom", gpu, params, lease_s)
 
 
@@ -81,17 +71,9 @@ def memory_leak(gpu: dict[str, Any], rate_bytes_per_s: int | None = None,
 
     Returns ``{"faults": [{"id", "gpu", "injected_at", "applied_at", "expires_at"}]}``.
     """
-    params = GPU_MEMORY_LEAK.validate({
+    params = activity.validated(GPU_MEMORY_LEAK, {
         "rate_bytes_per_s": rate_bytes_per_s, "rate_fraction_per_s": rate_fraction_per_s,
         "cap_bytes": cap_bytes, "cap_fraction": cap_fraction, "tick_s": tick_s})
-    rates = [name for name in ("rate_bytes_per_s", "rate_fraction_per_s")
-             if params[name] is not None]
-    if len(rates) != 1:
-        raise ActivityFailed("gpu.memory_leak needs exactly one of rate_bytes_per_s or "
-                             "rate_fraction_per_s, got " + (" and ".join(rates) or "neither"))
-    if (params["rate_fraction_per_s"] is not None and params["rate_fraction_per_s"] <= 0) or \
-            params["cap_fraction"] <= 0:
-        raise ActivityFailed("gpu.memory_leak fractions must be > 0")
     return _inject_on_gpus(GPU_MEMORY_LEAK.name, "memory_leak", gpu, params, lease_s)
 
 
@@ -104,7 +86,7 @@ def xid_error(gpu: dict[str, Any], xid: int, lease_s: float | None = None) -> di
     where DCGM runs, injects DCGM's Xid field. Reverting clears the Xid field (a kernel
     log line stays written).
     """
-    params = GPU_XID.validate({"xid": xid})
+    params = activity.validated(GPU_XID, {"xid": xid})
     return _inject_on_gpus(GPU_XID.name, "xid_error", gpu, params, lease_s)
 
 
@@ -123,11 +105,9 @@ def thermal_throttle(gpu: dict[str, Any], temperature_c: float = 92.0,
     NVML, saved first and restored exactly on revert (``device-settings``); without DCGM
     it is refused unless ``allow_device_settings`` is true.
     """
-    params = GPU_THERMAL.validate({"temperature_c": temperature_c, "clock_ratio": clock_ratio,
-                                   "reason": reason,
-                                   "allow_device_settings": allow_device_settings})
-    if params["clock_ratio"] <= 0:
-        raise ActivityFailed("gpu.thermal clock_ratio must be > 0")
+    params = activity.validated(GPU_THERMAL, {"temperature_c": temperature_c,
+                                     "clock_ratio": clock_ratio, "reason": reason,
+                                     "allow_device_settings": allow_device_settings})
     return _inject_on_gpus(GPU_THERMAL.name, "thermal_throttle", gpu, params, lease_s)
 
 
@@ -138,7 +118,7 @@ def fall_off_bus(gpu: dict[str, Any], lease_s: float | None = None) -> dict[str,
     until reverted; on a host the agent reports Xid 79 (kernel log line, DCGM's Xid
     field where DCGM runs) — a real GPU is never detached.
     """
-    params = GPU_FALL_OFF_BUS.validate({})
+    params = activity.validated(GPU_FALL_OFF_BUS, {})
     return _inject_on_gpus(GPU_FALL_OFF_BUS.name, "fall_off_bus", gpu, params, lease_s)
 
 

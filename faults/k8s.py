@@ -19,9 +19,9 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from faults.base import FaultKind
-from faults.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 from gameday import activity
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.k8s import K8S_NODE_CORDON, K8S_NODE_DRAIN, K8S_NODE_TAINT, K8S_POD_KILL
 
 __all__ = ["node_cordon", "node_drain", "node_taint", "pod_kill", "revert"]
 
@@ -104,8 +104,9 @@ def revert() -> dict[str, Any]:
 
 # -- internals ------------------------------------------------------------------------
 
-def _on_nodes(kind: FaultKind, action: str, selector: dict[str, Any], params: dict[str, Any],
-              lease_s: float | None, *, taint: dict[str, str] | None = None) -> dict[str, Any]:
+def _on_nodes(kind: KindSpec[KindParams], action: str, selector: dict[str, Any],
+              params: dict[str, Any], lease_s: float | None, *,
+              taint: dict[str, str] | None = None) -> dict[str, Any]:
     with activity.failing():
         return {"faults": activity.mark_nodes(kind.name, action, selector, params, lease_s,
                                               taint=taint)}

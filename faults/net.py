@@ -13,16 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from faults._nodes import inject_on_node, inventory_of, selector_mapping
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
-from faults.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION
 from gameday import activity
 from gameday.activity import AgentClient
 from gameday.errors import InvalidInput
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.net import LINK_SELECTOR, NET_LINK_FLAP, NET_LOSS, NET_PARTITION
 
 __all__ = ["link_flap", "packet_loss", "partition", "revert"]
 
-_LINK_KEYS = SELECTOR_KEYS["link"]
 
 
 def link_flap(link: dict[str, Any] | None = None, down_s: float = 2.0, up_s: float = 2.0,
@@ -99,9 +97,9 @@ def _link_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[str, 
     return build
 
 
-def _inject(kind: FaultKind, action: str, link: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, link: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with activity.failing():
-        selector = selector_mapping(link, "link", _LINK_KEYS)
+        selector = selector_mapping(link, LINK_SELECTOR)
         return inject_on_node(kind.name, action, selector.get("node"), "link",
                               _link_target(selector), params, lease_s)

@@ -17,11 +17,11 @@ signals through the node's agent under a lease; the ledger records it.
 
 from typing import Any
 
-from faults.base import FaultKind
-from faults.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 from gameday import activity
 from gameday.activity import KubernetesTarget, Target
 from gameday.errors import AgentError, InvalidInput
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.process import PROCESS_KILL, PROCESS_PAUSE
 
 __all__ = ["kill", "pause", "resume", "revert"]
 
@@ -138,7 +138,7 @@ def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
                             "pod": container.pod_label(), "container": container.container}
 
 
-def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with activity.failing():
         node, agent_target = resolve_process(selector)

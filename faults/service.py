@@ -11,15 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from faults._nodes import inject_on_node, selector_mapping
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
-from faults.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
 from gameday import activity
 from gameday.activity import AgentClient
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.service import SERVICE_LATENCY, SERVICE_SELECTOR, SERVICE_TIMEOUT
 
 __all__ = ["latency", "revert", "timeout"]
 
-_SERVICE_KEYS = SELECTOR_KEYS["service"]
 
 
 def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,
@@ -35,7 +33,7 @@ def latency(service: dict[str, Any] | None = None, delay_ms: float = 200.0,
     "expires_at", "details"}]}``.
     """
     params = activity.validated(SERVICE_LATENCY, {"delay_ms": delay_ms, "jitter_ms": jitter_ms,
-                                                  "percent": percent, "duration_s": duration_s})
+                                         "percent": percent, "duration_s": duration_s})
     return _inject(SERVICE_LATENCY, "latency", service, params, lease_s)
 
 
@@ -47,7 +45,7 @@ def timeout(service: dict[str, Any] | None = None, hang_s: float = 30.0,
     when the fault clears are served at once.
     """
     params = activity.validated(SERVICE_TIMEOUT, {"hang_s": hang_s, "percent": percent,
-                                                  "duration_s": duration_s})
+                                         "duration_s": duration_s})
     return _inject(SERVICE_TIMEOUT, "timeout", service, params, lease_s)
 
 
@@ -63,9 +61,9 @@ def _service_target(selector: dict[str, Any]) -> Callable[[AgentClient], dict[st
     return build
 
 
-def _inject(kind: FaultKind, action: str, service: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, service: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with activity.failing():
-        selector = selector_mapping(service, "service", _SERVICE_KEYS)
+        selector = selector_mapping(service, SERVICE_SELECTOR)
         return inject_on_node(kind.name, action, selector.get("node"), "service",
                               _service_target(selector), params, lease_s)

@@ -13,15 +13,14 @@ fault was holding.
 from typing import Any
 
 from faults._nodes import inventory_of, selector_mapping
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS
-from faults.kinds.storage import STORAGE_ERRORS, STORAGE_SLOW, STORAGE_STALL
 from gameday import activity
 from gameday.errors import InvalidInput
+from gameday.kinds import KindParams, KindSpec
+from gameday.kinds.storage import STORAGE_ERRORS, STORAGE_SELECTOR, STORAGE_SLOW, STORAGE_STALL
 
 __all__ = ["errors", "revert", "revert_storage", "slow", "stall"]
 
-_KEYS = SELECTOR_KEYS["storage"]
+_KEYS = STORAGE_SELECTOR.key_names
 
 
 def stall(storage: dict[str, Any], ops: list[str] | None = None, within: str = "/",
@@ -53,7 +52,7 @@ def errors(storage: dict[str, Any], errno: str = "EIO", percent: float = 100.0,
     full disk for a checkpoint writer.
     """
     params = activity.validated(STORAGE_ERRORS, {"errno": errno, "percent": percent, "ops": ops,
-                                                 "within": within, "duration_s": duration_s})
+                                        "within": within, "duration_s": duration_s})
     return _inject(STORAGE_ERRORS, "errors", storage, params, lease_s)
 
 
@@ -64,8 +63,7 @@ def slow(storage: dict[str, Any], latency_ms: float, jitter_ms: float = 0.0,
     random ``0..jitter_ms``. The kernel caches nothing on the fault filesystem, so every
     read and write of the application meets the delay."""
     params = activity.validated(STORAGE_SLOW, {"latency_ms": latency_ms, "jitter_ms": jitter_ms,
-                                               "ops": ops, "within": within,
-                                               "duration_s": duration_s})
+                                      "ops": ops, "within": within, "duration_s": duration_s})
     return _inject(STORAGE_SLOW, "slow", storage, params, lease_s)
 
 
@@ -83,7 +81,7 @@ def revert() -> dict[str, Any]:
 
 def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
     """The node and the agent-side target (``{"mount": NAME}`` or ``{"path": P}``)."""
-    chosen = selector_mapping(selector, "storage", _KEYS)
+    chosen = selector_mapping(selector, STORAGE_SELECTOR)
     which = [key for key in _KEYS if key != "node" and key in chosen]
     if len(which) != 1:
         raise InvalidInput("give exactly one of mount, path, pid, cgroup", path="storage")
@@ -118,7 +116,7 @@ def resolve_storage(selector: Any) -> tuple[str, dict[str, Any]]:
                        path="storage")
 
 
-def _inject(kind: FaultKind, action: str, selector: Any, params: dict[str, Any],
+def _inject(kind: KindSpec[KindParams], action: str, selector: Any, params: dict[str, Any],
             lease_s: float | None) -> dict[str, Any]:
     with activity.failing():
         node, agent_target = resolve_storage(selector)

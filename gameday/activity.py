@@ -30,7 +30,7 @@ client, the targets). docs/extending.md walks through a complete example.
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import structlog
 from chaoslib.exceptions import ActivityFailed
@@ -53,6 +53,7 @@ from gameday.evidence.ledger import FaultEntry
 from gameday.experiment.process_selector import FILTERS as PROCESS_FILTERS
 from gameday.experiment.process_selector import KEYS as PROCESS_KEYS
 from gameday.experiment.process_selector import check_process_selector
+from gameday.kinds import KindParams, KindSpec
 from gameday.targets.base import Target
 from gameday.targets.kubernetes.target import KubernetesTarget
 from gameday.wire.agent_client import AgentClient
@@ -141,17 +142,16 @@ def failing() -> Iterator[None]:
         raise ActivityFailed(str(exc)) from None
 
 
-class Validates(Protocol):
-    """A fault kind as :func:`validated` needs it: its ``validate`` checks an action's
-    arguments (filling in defaults) and raises :class:`GamedayError` naming what is wrong."""
-
-    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]: ...
-
-
-def validated(kind: Validates, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``kind``'s parameters checked (defaults filled in), or ``ActivityFailed``."""
+def validated(kind: KindSpec[KindParams], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``kind``'s parameters parsed by its declaration (:mod:`gameday.kinds`; defaults
+    filled in), as the JSON the agent is sent, or ``ActivityFailed`` naming the argument.
+    An argument the activity got as ``None`` for a parameter that cannot be null means
+    "its default"."""
+    nullable = {param.name for param in kind.params if param.nullable}
+    given = {name: value for name, value in arguments.items()
+             if value is not None or name in nullable}
     with failing():
-        return kind.validate(dict(arguments))
+        return kind.parse(given, path="arguments").to_json()
 
 
 # -- verifier results --------------------------------------------------------------------

@@ -86,7 +86,7 @@ def test_inject_on_node_goes_through_the_agent_under_a_lease_into_the_ledger(
     with testing.agent(markers) as node:
         session = open_session([node], tmp_path)
         entry = activity.inject_on_node(KIND, node=None, target={"what": "marker"},
-                                        params={"note": 1}, action="mine", lease_s=12)
+                                        params={"note": "1"}, action="mine", lease_s=12)
         assert markers.markers() == {entry.id}  # really applied, on disk
         assert [f["id"] for f in node.active_faults()] == [entry.id]
         assert (entry.node, entry.kind, entry.lease_s, entry.action) == ("node-0", KIND, 12, "mine")

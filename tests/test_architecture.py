@@ -47,6 +47,10 @@ it) imports a module of Y:
   never (the CLI passes it what it shows, projections included). ``gameday.evidence.summary``
   (a journal read into a summary) is shared by reports and game days.
 
+- ``gameday.kinds`` (every fault kind, declared once) is at the bottom of the house: it
+  imports nothing of ours but ``gameday.errors``, ``gameday.contract`` and itself, so
+  the orchestrator and the agent side can both read it.
+
 And no file tracked by git outside ``.ci/`` cites the house plan (the section sign after
 its name, or a path into the shared folder above the repository).
 """
@@ -201,24 +205,12 @@ def package_of(module: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "gameday" else parts[0]
 
 
-#: The fault kinds' declarations (their parameters, the catalogue) still live in
-#: ``faults/`` and are read by the engine's side (plan, runner, validation, coverage,
-#: journal summaries); they are moving to ``gameday.kinds``, at the bottom of the house.
-#: Imports of these modules from outside ``faults`` are not counted as package edges
-#: until then; this set may only shrink.
-KINDS_NOT_YET_MOVED: frozenset[str] = frozenset({"faults.base", "faults.catalogue"})
-
-
-def _kinds_not_yet_moved(edge: Import) -> bool:
-    return (under(edge.target, *KINDS_NOT_YET_MOVED) and package_of(edge.source) != "faults")
-
-
 def package_edges(edges: list[Import]) -> dict[tuple[str, str], list[Import]]:
     """The package graph: (importing package, imported package) -> the imports behind it."""
     found: dict[tuple[str, str], list[Import]] = defaultdict(list)
     for edge in edges:
         source, target = package_of(edge.source), package_of(edge.target)
-        if source != target and not _kinds_not_yet_moved(edge):
+        if source != target:
             found[source, target].append(edge)
     return dict(found)
 
@@ -261,14 +253,6 @@ def test_the_package_graph_is_a_dag() -> None:
     assert not loops, "packages that import each other (each loop, then its imports):\n" \
         + "\n".join(lines)
 
-
-def test_the_kinds_not_yet_moved_are_still_where_they_were() -> None:
-    """:data:`KINDS_NOT_YET_MOVED` only shrinks: each is still imported from outside
-    ``faults`` (else it is to come off the set)."""
-    edges = all_imports()
-    gone = {name for name in KINDS_NOT_YET_MOVED
-            if not any(_kinds_not_yet_moved(e) and under(e.target, name) for e in edges)}
-    assert not gone, f"moved since: take them off KINDS_NOT_YET_MOVED: {sorted(gone)}"
 
 
 def test_the_layers_of_the_architecture_page_match_the_package_graph() -> None:
@@ -424,6 +408,16 @@ def test_engines_return_results_and_the_cli_prints_them() -> None:
            + _offending(edges, ("gameday.report.terminal",),
                         ("gameday.gamedays", "gameday.engine", "gameday.cli")))
     assert not bad, "an engine imports the reports, or a report an engine:\n" + "\n".join(bad)
+
+
+#: What the fault kinds' declarations may import: the bottom of the house only.
+KINDS_MAY_IMPORT = ("gameday.kinds", "gameday.errors", "gameday.contract")
+
+
+def test_the_kinds_import_only_the_bottom_of_the_house() -> None:
+    bad = [str(e) for e in all_imports() if under(e.source, "gameday.kinds")
+           and not under(e.target, *KINDS_MAY_IMPORT)]
+    assert not bad, "gameday.kinds imports above the bottom of the house:\n" + "\n".join(bad)
 
 
 def test_no_file_cites_the_house_plan() -> None:

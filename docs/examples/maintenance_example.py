@@ -8,8 +8,10 @@ exists on its node (a load balancer then drains the node), ``200`` otherwise.
   the file. Run it in a real agent with
   ``gameday agent serve --backend maintenance_example:backend`` (the file's path in
   ``$MAINTENANCE_FILE``), or in a test with ``gameday.testing.agent(MaintenanceBackend(path))``.
-- :func:`maintenance_on` is the fault action experiments call: it validates its
-  arguments against :data:`MAINTENANCE` and injects through the run's session
+- :data:`MAINTENANCE` declares the kind once (its typed parameters); it is registered,
+  so the agent checks every request for it and the backend reads typed parameters.
+- :func:`maintenance_on` is the fault action experiments call: it parses its
+  arguments with :data:`MAINTENANCE` and injects through the run's session
   (:mod:`gameday.activity`), so the fault goes through the agent under a lease, lands in
   the ledger and is reverted by the run.
 - :func:`health_is` is the verifier: it measures the health check's status, records it
@@ -23,14 +25,14 @@ exists on its node (a load balancer then drains the node), ``200`` otherwise.
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from faults.base import FaultKind, Param
-from gameday import activity
+from gameday import activity, kinds
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 
@@ -38,19 +40,28 @@ __all__ = ["health_is", "maintenance_off", "maintenance_on"]
 
 KIND = "example.maintenance"
 
-#: The kind's typed parameters; the same object validates the action's arguments.
-MAINTENANCE = FaultKind(
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceParams(kinds.KindParams):
+    """``example.maintenance``'s typed parameters."""
+
+    reason: str = kinds.param("why, written into the maintenance file",
+                              default="gameday experiment")
+
+
+#: The kind, declared once and registered: the action parses its arguments with it, and
+#: the agent (which imports this module for its backend) checks every request against it.
+MAINTENANCE = kinds.register(kinds.KindSpec(
     name=KIND,
     summary="the node's service is put in maintenance: its health check answers 503",
     module="maintenance_example",
     func="maintenance_on",
     coverage_layer="service",
     injected_at={"host": "process"},
-    params=(Param("reason", str, "why, written into the maintenance file",
-                  default="gameday experiment"),),
+    params_type=MaintenanceParams,
     seen_through="the service's health check (503 while the file exists)",
-    selector="node",
-)
+    selects=kinds.Selector(argument="node", doc="which node", name_form=True,
+                           mapping_form=False),
+))
 
 
 # -- the agent side: a backend with one kind ---------------------------------------------
@@ -76,7 +87,8 @@ class MaintenanceBackend:
         with self._lock:
             if self._holder is not None:
                 raise FaultRejected(f"{self.path} is already held by fault {self._holder}")
-            self.path.write_text(str(request.params.get("reason", "")) + "\n")
+            params = MAINTENANCE.parse(request.params)
+            self.path.write_text(params.reason + "\n")
             self._holder = fault_id
         return {"file": str(self.path)}
 
@@ -99,9 +111,9 @@ def maintenance_on(node: str | None = None, reason: str = "gameday experiment",
     """Put the service of ``node`` (or of the only node offering the kind) in maintenance
     until reverted or until the lease (``lease_s``, default the experiment's) lapses."""
     with activity.failing():
-        params = MAINTENANCE.validate({"reason": reason})
+        params = MAINTENANCE.parse({"reason": reason}, path="arguments")
         entry = activity.inject_on_node(KIND, node=node, target={"service": "health"},
-                                        params=params, action="maintenance_on",
+                                        params=params.to_json(), action="maintenance_on",
                                         lease_s=lease_s)
     return activity.applied([entry])
 

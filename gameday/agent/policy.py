@@ -46,6 +46,9 @@ import yaml
 from gameday.agent.registry import Limits
 from gameday.contract.backend import FaultRequest
 from gameday.errors import InvalidInput, PolicyRefused, first_line
+from gameday.kinds import catalogue as kind_specs
+from gameday.kinds.gpu import ThermalParams
+from gameday.kinds.process import KillParams, PauseParams
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 
 __all__ = ["Policy", "default_route_interfaces", "load_policy", "namespace_interfaces"]
@@ -138,22 +141,26 @@ class Policy:
 
     def check(self, request: FaultRequest) -> None:
         """:class:`PolicyRefused` (one line) unless the policy allows ``request``'s kind,
-        its path, interface and device settings."""
+        its path, interface and device settings (its parameters as the kind's
+        declaration parses them: :class:`~gameday.errors.FaultRejected` if it refuses)."""
         if request.kind not in self.kinds:
             raise PolicyRefused(f"{request.kind} is not allowed by {self.source}")
-        target, params = request.target, request.params
+        target = request.target
         for key in ("path", "mount"):
             if key in target:
                 self.check_path(target[key], f"target.{key}")
         if request.kind.startswith("net."):
             self._check_network(request.kind, target)
-        if params.get("allow_device_settings") and not self.gpu_device_settings:
+        spec = kind_specs.lookup(request.kind)
+        params = spec.backend_params(request.params) if spec is not None else None
+        if isinstance(params, ThermalParams) and params.allow_device_settings \
+                and not self.gpu_device_settings:
             raise PolicyRefused(f"real GPU clock and power locks are not allowed by "
                                 f"{self.source} (gpu_device_settings)")
-        limit = params.get("max_processes", 1)
-        if isinstance(limit, int) and limit > self.max_processes:
-            raise PolicyRefused(f"params.max_processes {limit} is over {self.max_processes}, "
-                                f"the most {self.source} allows")
+        if isinstance(params, KillParams | PauseParams) and \
+                params.max_processes > self.max_processes:
+            raise PolicyRefused(f"params.max_processes {params.max_processes} is over "
+                                f"{self.max_processes}, the most {self.source} allows")
 
     def check_path(self, value: object, field_name: str = "target.path") -> str:
         """The real path of ``value`` if the policy allows faulting it."""

@@ -46,6 +46,7 @@ from gameday.errors import (
     PolicyRefused,
     first_line,
 )
+from gameday.kinds import catalogue as kind_specs
 from gameday.logs import writes_info
 from gameday.wire.protocol import REVERT_REASONS, RevertReason, check_lease
 
@@ -576,13 +577,21 @@ class FaultRegistry:
             "inject it again", fault=gone)
 
     def _admit(self, request: FaultRequest, lease_s: float, kinds: Mapping[str, str]) -> None:
-        """:class:`InvalidInput` for a kind the backend lacks, :class:`PolicyRefused` for
-        one :attr:`limits` refuses or a lease over its cap."""
+        """:class:`InvalidInput` for a kind the backend lacks, a kind with no declaration
+        (:mod:`gameday.kinds`) or parameters its declaration refuses (an unknown key, a
+        wrong type, a value out of bounds: the key path named), :class:`PolicyRefused`
+        (checked first) for one :attr:`limits` refuses or a lease over its cap. Every
+        request passes here before anything is saved or applied."""
         if request.kind not in kinds:
             raise InvalidInput(
                 f"unknown fault kind {request.kind!r}; backend {self.backend.name} on "
                 f"node {self.node} applies: {', '.join(sorted(kinds)) or 'nothing'}")
         self.limits.check(request.kind, lease_s)
+        spec = kind_specs.lookup(request.kind)
+        if spec is None:
+            raise InvalidInput(f"fault kind {request.kind} has no declaration to check its "
+                               "params against (gameday.kinds.register)", path="kind")
+        spec.parse(request.params, path="params")
 
     def _check_room(self, count: int) -> None:
         """:class:`LimitReached` unless ``count`` more faults fit under the cap (called

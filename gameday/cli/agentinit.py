@@ -92,7 +92,7 @@ class AgentSetup:
 
 
 def _known_kinds() -> frozenset[str]:
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     return frozenset(CATALOGUE)
 

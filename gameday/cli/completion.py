@@ -33,7 +33,7 @@ class _Node:
 
 #: what a positional argument marked ``complete_with`` completes to
 def _fault_kinds() -> list[str]:
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     return sorted(CATALOGUE)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from faults.base import FaultKind
+    from gameday.kinds import KindParams, KindSpec
 
 from gameday import __version__, paths
 from gameday.cli.output import add_output_argument, emit, wants_json
@@ -232,7 +232,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_faults(args: argparse.Namespace) -> int:
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     if args.markdown:
         from faults.reference import catalogue_markdown, kind_markdown
@@ -251,19 +251,23 @@ def _cmd_faults(args: argparse.Namespace) -> int:
         print(f"{kind.name:<14} {kind.coverage_layer:<8} {kind.module}.{kind.func}  "
               f"[injected_at {layers}]")
         print(f"{'':<14} {kind.summary}")
-        if kind.selector:
-            print(f"{'':<16}{kind.selector} (a selector): which target")
+        if kind.selects is not None:
+            keys = ", ".join(kind.selects.key_names) or "a node name"
+            print(f"{'':<16}{kind.selects.argument} (a selector: {keys}): which target")
         for param in kind.params:
-            print(f"{'':<16}{param.name} ({param.type_name}, default "
-                  f"{param.default!r}): {param.doc}")
+            default = list(param.default) if isinstance(param.default, tuple) else \
+                param.default
+            print(f"{'':<16}{param.name} ({param.type_name}, "
+                  f"{'required' if param.required else f'default {default!r}'}): "
+                  f"{param.doc}")
     return 0
 
 
-def _fault_kind(name: str) -> "FaultKind":
+def _fault_kind(name: str) -> "KindSpec[KindParams]":
     """The catalogue entry ``name``, or InvalidInput naming the closest kinds."""
     import difflib
 
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     if name in CATALOGUE:
         return CATALOGUE[name]

@@ -2,6 +2,7 @@
 
 The fault backend seam (:mod:`gameday.contract.backend`: a fault request, the backend
 Protocol, the injection layers) and the fault filesystem's vocabulary
-(:mod:`gameday.contract.faultfs`: its operations and error numbers). Fault kinds in
-``faults/`` validate against these; agents and their backends implement them.
+(:mod:`gameday.contract.faultfs`: its operations and error numbers). The fault
+kinds (:mod:`gameday.kinds`) validate against these; agents and their backends implement
+them.
 """

@@ -1,5 +1,5 @@
 """The fault filesystem's vocabulary: the operations a rule can select and the errors it
-may inject (:mod:`gameday.node.faultfs` serves them; ``faults.kinds.storage`` validates
+may inject (:mod:`gameday.node.faultfs` serves them; ``gameday.kinds.storage`` validates
 against them)."""
 
 import errno

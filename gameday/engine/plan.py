@@ -24,14 +24,13 @@ from chaoslib import substitute
 from chaoslib.configuration import load_configuration
 from chaoslib.exceptions import ActivityFailed
 
-from faults.base import FaultKind
-from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine.session_fanout import FanoutOptions, InjectRequest
 from gameday.errors import AgentError, GamedayError, InvalidInput
 from gameday.evidence.ledger import FaultEntry
 from gameday.experiment.loader import LoadedExperiment
+from gameday.kinds import KindParams, KindSpec, by_activity
 from gameday.safety.halt import halted_lines
 from gameday.safety.locks import Holder, live_holders, target_key
 from gameday.safety.targetconfig import TargetConfig
@@ -252,7 +251,7 @@ def loaded_configuration(experiment: Mapping[str, Any], target: Target | None,
 
 
 def _plan_fault(loaded: LoadedExperiment, position: int, activity: Mapping[str, Any],
-                kind: FaultKind, target: Target | None, session: PreviewSession,
+                kind: KindSpec[KindParams], target: Target | None, session: PreviewSession,
                 configuration: dict[str, Any], result: Plan) -> FaultPlan:
     provider = activity["provider"]
     arguments = dict(substitute(dict(provider.get("arguments") or {}), configuration, {}))
@@ -286,7 +285,7 @@ def _plan_fault(loaded: LoadedExperiment, position: int, activity: Mapping[str, 
     return fault
 
 
-def _captured(kind: FaultKind, arguments: Mapping[str, Any],
+def _captured(kind: KindSpec[KindParams], arguments: Mapping[str, Any],
               session: PreviewSession) -> list[Hit]:
     """Run the fault action in ``session`` up to where it would inject; its requests."""
     func = getattr(importlib.import_module(kind.module), kind.func)
@@ -305,7 +304,7 @@ def _captured(kind: FaultKind, arguments: Mapping[str, Any],
     raise InvalidInput(f"{kind.module}.{kind.func} returned without injecting anything")
 
 
-def _kubernetes_hits(kind: FaultKind, arguments: Mapping[str, Any], target: Target,
+def _kubernetes_hits(kind: KindSpec[KindParams], arguments: Mapping[str, Any], target: Target,
                      session: PreviewSession, where: str) -> list[Hit]:
     """Kubernetes-level faults, resolved through list/read calls only."""
     from gameday.targets.kubernetes.target import KubernetesTarget  # only for k8s kinds

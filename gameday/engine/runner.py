@@ -28,7 +28,6 @@ from chaoslib.run import Runner
 from chaoslib.types import Strategy
 
 import gameday
-from faults.catalogue import by_activity
 from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import stops
@@ -40,6 +39,7 @@ from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import JournalExists, write_journal
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
+from gameday.kinds import by_activity
 from gameday.safety import signals, targetconfig
 from gameday.safety.halt import refuse_if_halted
 from gameday.safety.locks import target_key

@@ -106,7 +106,7 @@ def _epoch(value: Any) -> float:
 
 
 def _layer_of(fault: str) -> str:
-    from faults.catalogue import CATALOGUE
+    from gameday.kinds import CATALOGUE
 
     kind = CATALOGUE.get(fault)
     return kind.coverage_layer if kind is not None else UNKNOWN

@@ -20,14 +20,13 @@ from typing import Any
 import yaml
 from chaoslib import substitute
 
-from faults.base import FaultKind
-from faults.catalogue import SELECTOR_KEYS, SELECTOR_TYPES, by_activity
 from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limited
 from gameday.errors import InvalidInput, first_line
 from gameday.experiment.extension import Extension, parse_extension
 from gameday.experiment.keys import did_you_mean, unknown_key, unknown_keys
 from gameday.experiment.process_selector import check_process_selector
 from gameday.experiment.variables import annotated_types, configuration_values, type_arguments
+from gameday.kinds import KindParams, KindSpec, by_activity
 
 MAX_BYTES = MAX_YAML_BYTES
 
@@ -300,9 +299,9 @@ def _declared_types(module_name: str, func_name: str) -> dict[str, type]:
     for param in kind.params if kind is not None else ():
         if param.type in (int, float, bool):
             found[param.name] = param.type
-    if kind is not None and kind.selector:
-        for key, declared in SELECTOR_TYPES.get(kind.selector, {}).items():
-            found[f"{kind.selector}.{key}"] = declared
+    if kind is not None and kind.selects is not None:
+        for key, declared in kind.selects.typed_keys().items():
+            found[f"{kind.selects.argument}.{key}"] = declared
     return found
 
 
@@ -331,28 +330,37 @@ def _check_provider(where: str, activity: Mapping[str, Any]) -> None:
                     f"{did_you_mean(name, accepted)} (it takes: {', '.join(accepted)})",
                     path=f"{where}.provider.arguments.{name}")
         kind = by_activity(module_name, func_name)
-        if kind is not None:
-            kind.validate(arguments, base=f"{where}.provider.arguments", skip_unresolved=True)
+        if kind is not None:  # the selector: _selector_errors
+            given = {k: v for k, v in arguments.items() if k != kind.selector}
+            kind.check_arguments(given, path=f"{where}.provider.arguments",
+                                 skip_unresolved=True)
 
 
 def _selector_errors(document: Mapping[str, Any]) -> list[InvalidInput]:
-    """Selector keys a fault kind does not know (``gpu: {holdin_shard: 0}``)."""
+    """Selector keys a fault kind does not know (``gpu: {holdin_shard: 0}``, with a "did
+    you mean"), and selector values of the wrong type (its declaration's check)."""
     found: list[InvalidInput] = []
     for where, activity in _activities(document):
         provider = activity["provider"]
         if activity.get("type") != "action" or provider["type"] != "python":
             continue
         kind = by_activity(provider["module"], provider["func"])
-        if kind is None or kind.selector not in SELECTOR_KEYS:
+        selects = kind.selects if kind is not None else None
+        arguments = provider.get("arguments") or {}
+        if selects is None or not isinstance(arguments, Mapping):
             continue
-        selector = (provider.get("arguments") or {}).get(kind.selector)
-        if not isinstance(selector, Mapping):
-            continue
-        known = SELECTOR_KEYS[kind.selector]
-        for key in selector:
-            if key not in known:
-                found.append(unknown_key(str(key), known, f"{where}.provider.arguments."
-                                                          f"{kind.selector}.{key}"))
+        selector = arguments.get(selects.argument)
+        path = f"{where}.provider.arguments.{selects.argument}"
+        if isinstance(selector, Mapping) and selects.mapping_form:
+            unknown = [key for key in selector if key not in selects.key_names]
+            if unknown:
+                found.extend(unknown_key(str(key), selects.key_names, f"{path}.{key}")
+                             for key in unknown)
+                continue
+        try:
+            selects.check(selector, path, skip_unresolved=True)
+        except InvalidInput as exc:
+            found.append(exc)
     return found
 
 
@@ -360,7 +368,8 @@ def _process_selector_errors(document: Mapping[str, Any],
                              values: Mapping[str, tuple[Any, str]]) -> list[InvalidInput]:
     """Each process fault's selector, its known ``${name}`` substituted as the run will,
     checked by the rules the action applies before it resolves it
-    (:func:`faults.process_selector.check_process_selector`): validate and plan agree."""
+    (:func:`gameday.experiment.process_selector.check_process_selector`): validate and
+    plan agree."""
     found: list[InvalidInput] = []
     known = {key: value for key, (value, _) in values.items()}
     for where, activity in _activities(document):
@@ -433,7 +442,7 @@ def _check_coverage(document: Mapping[str, Any], extension: Extension) -> None:
     position = next((n for n, raw in enumerate(document.get("extensions") or [])
                      if isinstance(raw, Mapping) and raw.get("name") == "gameday"), 0)
     where = f"extensions[{position}].coverage"
-    injected: list[FaultKind] = []
+    injected: list[KindSpec[KindParams]] = []
     for _, activity in _activities(document):
         provider = activity["provider"]
         if activity.get("type") == "action" and provider["type"] == "python":

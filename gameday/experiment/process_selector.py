@@ -11,13 +11,13 @@ one, so the two cannot disagree on a selector. A value still holding a ``${varia
 from collections.abc import Mapping
 from typing import Any
 
-from faults.catalogue import SELECTOR_KEYS
 from gameday.contract.pick import PICK_KEYS, Pick, parse_pick
 from gameday.errors import InvalidInput
+from gameday.kinds.process import PROCESS_SELECTOR
 
 __all__ = ["FILTERS", "KEYS", "check_process_selector", "selector_pick"]
 
-KEYS = SELECTOR_KEYS["process"]
+KEYS = PROCESS_SELECTOR.key_names
 #: Host selectors that narrow name/cmdline, or stand alone.
 FILTERS = ("env", "parent", "cgroup")
 _ONE_OF = ("shard", "role", "pid", "name", "cmdline")

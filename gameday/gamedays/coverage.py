@@ -39,7 +39,6 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from faults.catalogue import CATALOGUE
 from gameday import __version__
 from gameday.errors import InvalidInput
 from gameday.evidence import checked
@@ -48,6 +47,7 @@ from gameday.evidence.summary import JournalSummary
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
 from gameday.gamedays.score import GroupScore, Score
+from gameday.kinds import CATALOGUE
 from gameday.stats import percentile
 
 FORMATS = ("md", "html", "csv", "json")

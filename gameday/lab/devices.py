@@ -144,14 +144,18 @@ class VirtualGpuBackend:
         "name"}]}``), or the :class:`FaultRejected` it would raise."""
         fault = self._fault(request.kind)
         with self._lock:
-            change = fault.validate(request.target, request.params, tuple(self._gpus))
+            change = fault.validate(request.target,
+                                    fault.spec.backend_params(request.params),
+                                    tuple(self._gpus))
             gpu = self._gpus[change.gpu]
         return {"gpus": [{"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name}]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         fault = self._fault(request.kind)
         with self._lock:
-            change = fault.validate(request.target, request.params, tuple(self._gpus))
+            change = fault.validate(request.target,
+                                    fault.spec.backend_params(request.params),
+                                    tuple(self._gpus))
             old = self._gpus[change.gpu]
             changes = change.changes(old)
             new = old.with_values(changes)
@@ -273,3 +277,4 @@ def virtual_backend(node: str, *, gpus: int = 4) -> VirtualGpuBackend:
     tmp = Path(tempfile.mkdtemp(prefix="gameday-virtual-"))
     atexit.register(shutil.rmtree, tmp, True)
     return VirtualGpuBackend(node, tmp, gpus=gpus, fresh=True)
+

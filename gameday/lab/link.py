@@ -20,11 +20,11 @@ Faults (target ``{"link": "uplink"}``, the default):
 link has a single peer, the router.
 """
 
-from collections.abc import Mapping
 from typing import Any
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION, LossParams
 from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
 from gameday.node.tcprelay import Impairment, Relay
 
@@ -63,22 +63,6 @@ class LabLink:
                            "stats": self.relay.stats.to_json()}]}
 
 
-def _number(params: Mapping[str, Any], name: str, default: float | None, *,
-            minimum: float, maximum: float, integer: bool = False,
-            nullable: bool = False) -> float | None:
-    value = params.get(name, default)
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            integer and not isinstance(value, int)):
-        raise FaultRejected(f"params.{name} must be {'an integer' if integer else 'a number'}, "
-                            f"got {value!r}")
-    if not minimum <= value <= maximum:
-        raise FaultRejected(f"params.{name} must be between {minimum:g} and {maximum:g}, "
-                            f"got {value!r}")
-    return float(value)
-
-
 class LinkFault:
     """One net.* kind on the node's link; each fault runs its own phases."""
 
@@ -89,31 +73,26 @@ class LinkFault:
         self.link = link
         self._runners: dict[str, PhaseRunner] = {}
 
-    def _plan(self, params: Mapping[str, Any]) -> tuple[Impairment, list[Phase]]:
+    def _plan(self, request: FaultRequest) -> tuple[Impairment, list[Phase]]:
+        if self.kind == NET_LINK_FLAP.name:
+            flap = NET_LINK_FLAP.backend_params(request.params)
+            return Impairment(down=True), flap_phases(flap.down_s, flap.up_s, flap.count)
+        scoped = (NET_LOSS if self.kind == NET_LOSS.name else NET_PARTITION).backend_params(
+            request.params)
         for scope in ("peer", "port", "direction"):
-            if params.get(scope) is not None:
+            if getattr(scoped, scope) is not None:
                 raise FaultRejected(f"params.{scope} is not supported on the lab's link (its "
                                     f"only peer is the router)")
-        if self.kind == "net.link_flap":
-            down_s = _number(params, "down_s", 2.0, minimum=0.05, maximum=600.0)
-            up_s = _number(params, "up_s", 2.0, minimum=0.05, maximum=600.0)
-            count = _number(params, "count", 1, minimum=1, maximum=1000, integer=True)
-            assert down_s is not None and up_s is not None and count is not None
-            return Impairment(down=True), flap_phases(down_s, up_s, int(count))
-        duration = _number(params, "duration_s", None, minimum=0.05, maximum=86400.0,
-                           nullable=True)
-        if self.kind == "net.loss":
-            percent = _number(params, "percent", None, minimum=0.0, maximum=100.0)
-            assert percent is not None
-            return Impairment(loss=percent / 100.0), hold_phases(duration)
-        return Impairment(hold=True), hold_phases(duration)
+        if isinstance(scoped, LossParams):
+            return Impairment(loss=scoped.percent / 100.0), hold_phases(scoped.duration_s)
+        return Impairment(hold=True), hold_phases(scoped.duration_s)
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
         name = request.target.get("link", LINK_NAME)
         if name != self.link.name:
             raise FaultRejected(f"target.link {name!r}: node {self.link.node} has one link, "
                                 f"{self.link.name!r}")
-        impairment, phases = self._plan(request.params)
+        impairment, phases = self._plan(request)
         relay = self.link.relay
         runner = PhaseRunner(f"{self.kind}-{fault_id}", phases,
                              on=lambda: relay.impair(fault_id, impairment),

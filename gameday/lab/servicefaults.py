@@ -30,6 +30,7 @@ import structlog
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected, LabError
+from gameday.kinds.service import SERVICE_LATENCY, SERVICE_TIMEOUT
 from gameday.lab.httpjson import (
     Request,
     Response,
@@ -159,6 +160,7 @@ class ServiceFault:
 
     def __init__(self, kind: str, router_url: str, token: str) -> None:
         self.kind = kind
+        self.spec = SERVICE_LATENCY if kind == SERVICE_LATENCY.name else SERVICE_TIMEOUT
         self.router_url = router_url
         self.token = token
         self._runners: dict[str, PhaseRunner] = {}
@@ -176,11 +178,8 @@ class ServiceFault:
         if service != SERVICE_NAME or set(request.target) - {"name"}:
             raise FaultRejected(f"target {dict(request.target)}: the lab has one service, "
                                 f"{SERVICE_NAME!r}")
-        params = dict(request.params)
-        duration = params.pop("duration_s", None)
-        if duration is not None and (isinstance(duration, bool) or
-                                     not isinstance(duration, int | float) or duration <= 0):
-            raise FaultRejected(f"params.duration_s must be a positive number, got {duration!r}")
+        params = self.spec.backend_params(request.params).to_json()
+        duration = params.pop("duration_s")
         body = {"id": fault_id, "kind": SERVICE_KINDS[self.kind], **params}
         try:
             answer = self._call("POST", body)

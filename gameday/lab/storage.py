@@ -69,7 +69,7 @@ class StoreFault:
             rule = rule_for_fault(self.kind, request.params)
             self.client.set_rule(fault_id, rule)
         except RuleError as exc:
-            raise FaultRejected(f"params.{exc}") from None
+            raise FaultRejected(str(exc)) from None
         except ControlError as exc:
             raise FaultRejected(str(exc)) from None
         return {"mount": str(self.paths.store), "rule": rule.to_json()}

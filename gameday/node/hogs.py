@@ -12,34 +12,37 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds.node import (
+    NODE_CPU_HOG,
+    NODE_MEMORY_HOG,
+    CpuHogParams,
+    MemoryHogParams,
+)
 from gameday.node.cgroups import BoundedGroup, CgroupError, Hierarchies, detect, group_prefix
 
 __all__ = ["HOG_KINDS", "HogFault", "hog_argv", "hog_group"]
 
 HOG_KINDS = ("node.cpu_hog", "node.memory_hog")
 MIB = 1024 * 1024
-#: Memory the hog's group may use beyond what it holds (the hog process itself).
-MEMORY_HEADROOM_MIB = 48
 
 _PY_CPU = "import time\nend=time.monotonic()+{d}\nwhile time.monotonic()<end: pass\n"
 _PY_MEMORY = ("import mmap,time\nm=mmap.mmap(-1,{b})\n"
               "for i in range(0,{b},4096): m[i]=1\ntime.sleep({d})\n")
 
 
-def hog_argv(kind: str, params: Mapping[str, Any], *, stress_ng: str | None) -> list[str]:
+def hog_argv(params: CpuHogParams | MemoryHogParams, *, stress_ng: str | None) -> list[str]:
     """The hog's command line (stress-ng when given its path, else Python)."""
-    duration = max(1, round(float(params.get("duration_s") or 60)))
-    workers = int(params.get("workers") or 1)
-    if kind == "node.cpu_hog":
+    duration = max(1, round(params.duration_s))
+    if isinstance(params, CpuHogParams):
         if stress_ng:
-            return [stress_ng, "--cpu", str(workers), "--timeout", f"{duration}s", "--quiet"]
+            return [stress_ng, "--cpu", str(params.workers), "--timeout", f"{duration}s",
+                    "--quiet"]
         return [sys.executable, "-c", _PY_CPU.format(d=duration)]
-    size = int(params.get("memory_mib") or 64) * MIB
+    size = params.memory_mib * MIB
     if stress_ng:
         return [stress_ng, "--vm", "1", "--vm-bytes", f"{size // MIB}M", "--vm-keep",
                 "--vm-hang", "0", "--timeout", f"{duration}s", "--quiet"]
@@ -60,8 +63,8 @@ def hog_group(kind: str, fault_id: str, *, scope: str = "",
 
 
 class HogFault:
-    """One hog kind: parameters ``duration_s``, and ``workers`` + ``cpu_percent``
-    (cpu_hog) or ``memory_mib`` + ``limit_mib`` (memory_hog)."""
+    """One hog kind, its parameters parsed by the kind's declaration
+    (:class:`gameday.kinds.node.CpuHogParams`, :class:`~gameday.kinds.node.MemoryHogParams`)."""
 
     injected_at = "process"
 
@@ -82,23 +85,19 @@ class HogFault:
         return None
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        params = request.params
+        params = (NODE_CPU_HOG if self.kind == NODE_CPU_HOG.name else
+                  NODE_MEMORY_HOG).backend_params(request.params)
         try:
             group = hog_group(self.kind, fault_id, scope=self.scope)
-            if self.kind == "node.cpu_hog":
-                group.create(cpu_percent=float(params.get("cpu_percent") or 50.0))
+            if isinstance(params, CpuHogParams):
+                group.create(cpu_percent=params.cpu_percent)
             else:
-                held = int(params.get("memory_mib") or 64)
-                limit = int(params.get("limit_mib") or held + MEMORY_HEADROOM_MIB)
-                if limit < held:
-                    raise FaultRejected(f"params.limit_mib ({limit}) must be >= memory_mib "
-                                        f"({held})")
-                group.create(memory_bytes=limit * MIB)
+                group.create(memory_bytes=params.limit * MIB)
         except CgroupError as exc:
             with contextlib.suppress(CgroupError):
                 hog_group(self.kind, fault_id, scope=self.scope).remove()
             raise FaultRejected(f"{self.kind}: {exc}") from None
-        argv = hog_argv(self.kind, params, stress_ng=self.stress_ng)
+        argv = hog_argv(params, stress_ng=self.stress_ng)
         enter = "".join(f"echo $$ > {shlex.quote(str(f))} && " for f in group.procs_files())
         self._procs[fault_id] = subprocess.Popen(
             ["/bin/sh", "-c", enter + "exec " + shlex.join(argv)], stdin=subprocess.DEVNULL,
@@ -106,7 +105,8 @@ class HogFault:
         memory_limit = group.memory_limit()
         return {"cgroup": group.name, "cgroup_paths": [str(p) for p in group.paths()],
                 "hog": argv[0].rsplit("/", 1)[-1], "pid": self._procs[fault_id].pid,
-                "bound": {"cpu_percent": params.get("cpu_percent"),
+                "bound": {"cpu_percent": params.cpu_percent
+                          if isinstance(params, CpuHogParams) else None,
                           "memory_limit_mib": memory_limit // MIB if memory_limit else None}}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:

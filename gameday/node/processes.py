@@ -24,7 +24,6 @@ processes), fault-filesystem processes and the lab supervisor.
 """
 
 import contextlib
-import math
 import os
 import signal
 import threading
@@ -38,6 +37,7 @@ import re2
 from gameday.contract.backend import FaultRequest
 from gameday.contract.pick import Pick, parse_pick
 from gameday.errors import FaultRejected, PolicyRefused, ProtectedTarget
+from gameday.kinds.process import PROCESS_KILL, PROCESS_PAUSE, KillParams, PauseParams
 
 __all__ = ["DENIED_NAMES", "MAX_PROCESSES", "NO_ALLOWED_MATCH", "PROCESS_KINDS",
            "PinnedProcess", "ProcessGuard", "ProcessRef",
@@ -73,8 +73,6 @@ _PID_LABELS = frozenset({"shard", "role"})
 _CGROUP_LABELS = frozenset({"pod", "container"})
 #: Filters that narrow a name/cmdline selector, or select alone.
 _FILTER_KEYS = frozenset({"env", "parent", "cgroup"})
-_PARAM_KEYS = {"process.kill": frozenset({"max_processes"}),
-               "process.pause": frozenset({"max_processes", "duration_s"})}
 
 
 @dataclass(frozen=True)
@@ -239,27 +237,19 @@ def selector_pick(target: Mapping[str, Any], where: str = "target") -> Pick | No
 
 
 def check_signal_request(kind: str, request: FaultRequest, *,
-                         max_processes: int = MAX_PROCESSES) -> None:
-    """Refuse (:class:`FaultRejected`) an unknown target or parameter key, a bad pid,
-    name or pattern, ``max_processes`` outside 1..``max_processes``, a bad
-    ``duration_s``: before anything is looked up or signalled."""
+                         max_processes: int = MAX_PROCESSES) -> KillParams | PauseParams:
+    """The request's parameters, parsed by the kind's declaration
+    (:mod:`gameday.kinds.process`), or :class:`FaultRejected` for an unknown target key,
+    a bad pid, name or pattern, parameters the declaration refuses, or
+    ``max_processes`` over this agent's ``max_processes``: before anything is looked up
+    or signalled."""
     _check_selector(request.target)
-    unknown = sorted(set(request.params) - _PARAM_KEYS[kind])
-    if unknown:
-        raise FaultRejected(f"params.{unknown[0]} is unknown for {kind} "
-                            f"(known: {', '.join(sorted(_PARAM_KEYS[kind]))})")
-    limit = request.params.get("max_processes", 1)
-    if (isinstance(limit, bool) or not isinstance(limit, int)
-            or not 1 <= limit <= max_processes):
+    params = (PROCESS_KILL if kind == PROCESS_KILL.name else PROCESS_PAUSE).backend_params(
+        request.params)
+    if params.max_processes > max_processes:
         raise FaultRejected(f"params.max_processes must be an integer between 1 and "
-                            f"{max_processes}, got {limit!r}")
-    duration = request.params.get("duration_s")
-    if duration is not None and (isinstance(duration, bool)
-                                 or not isinstance(duration, int | float)
-                                 or not math.isfinite(duration)
-                                 or not 0.05 <= duration <= 86400):
-        raise FaultRejected(f"params.duration_s must be a number of seconds between 0.05 "
-                            f"and 86400, got {duration!r}")
+                            f"{max_processes}, got {params.max_processes}")
+    return params
 
 
 def command_text(pid: int) -> str:
@@ -492,7 +482,7 @@ class SignalFault:
         self._timers: dict[str, threading.Timer] = {}
 
     def _pinned(self, request: FaultRequest) -> list["PinnedProcess"]:
-        check_signal_request(self.kind, request, max_processes=self.max_processes)
+        params = check_signal_request(self.kind, request, max_processes=self.max_processes)
         pids = self.resolve(request.target, request.params)
         if any(pid <= 0 for pid in pids):  # 0 and -1 would signal groups, or everything
             raise FaultRejected(f"target: pids must be > 0, got {sorted(pids)[0]}")
@@ -506,7 +496,7 @@ class SignalFault:
                 chosen = set(pick.choose([p.ref.pid for p in pinned]))
                 release([p for p in pinned if p.ref.pid not in chosen])
                 pinned = [p for p in pinned if p.ref.pid in chosen]
-            limit = int(request.params.get("max_processes") or 1)
+            limit = params.max_processes
             if len(pinned) > limit:
                 matched = "; ".join(f"pid {p.ref.pid} ({command_text(p.ref.pid)[:120]})"
                                     for p in pinned)
@@ -545,9 +535,9 @@ class SignalFault:
             release(pinned)
         else:
             self._paused[fault_id] = pinned
-            duration = request.params.get("duration_s")
+            duration = PROCESS_PAUSE.backend_params(request.params).duration_s
             if duration:
-                timer = threading.Timer(float(duration), _continue, args=(pinned,))
+                timer = threading.Timer(duration, _continue, args=(pinned,))
                 timer.daemon = True
                 self._timers[fault_id] = timer
                 timer.start()

@@ -14,8 +14,10 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from gameday import kinds
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 
@@ -24,10 +26,33 @@ MARKER_DIR_ENV = "GAMEDAY_TEST_MARKER_DIR"
 KIND = "test.marker"
 
 
+@dataclass(frozen=True, kw_only=True)
+class MarkerParams(kinds.KindParams):
+    """``test.marker``'s parameters."""
+
+    reject: str | None = kinds.param("apply raises FaultRejected with this reason",
+                                     default=None)
+    revert_delay_s: float = kinds.param("revert sleeps this long", default=0.0, minimum=0.0,
+                                        maximum=60.0)
+    fail_reverts: int = kinds.param("that many reverts raise before one succeeds",
+                                    default=0, minimum=0, maximum=100)
+    note: str | None = kinds.param("free text carried with the fault", default=None)
+    api_token: str | None = kinds.param("a secret the audit trail must redact",
+                                        default=None)
+
+
+#: The marker kind's declaration, registered so that the agent checks its params.
+MARKER = kinds.register(kinds.KindSpec(
+    name=KIND, summary="a marker file named after the fault id", module=__name__,
+    func="factory", coverage_layer="node", injected_at={"host": "process"},
+    params_type=MarkerParams, seen_through="the marker file"))
+
+
 class MarkerBackend:
-    """Kinds ``{"test.marker": "process"}``. Params: ``reject`` (apply raises
-    FaultRejected), ``revert_delay_s`` (revert is slow), ``fail_reverts`` (that many
-    reverts raise before one succeeds)."""
+    """Kinds ``{"test.marker": "process"}``, its params declared by :data:`MARKER`:
+    ``reject`` (apply raises FaultRejected), ``revert_delay_s`` (revert is slow),
+    ``fail_reverts`` (that many reverts raise before one succeeds), ``note`` and
+    ``api_token`` (carried, never read)."""
 
     name = "marker"
 
@@ -56,20 +81,21 @@ class MarkerBackend:
         return {p.name for p in self.directory.iterdir()}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        if request.params.get("reject"):
-            raise FaultRejected(f"marker refuses: {request.params['reject']}")
+        params = MARKER.parse(request.params)
+        if params.reject:
+            raise FaultRejected(f"marker refuses: {params.reject}")
         self.marker(fault_id).write_text(request.kind)
         with self._lock:
             self.applies.append(fault_id)
         return {"marker": str(self.marker(fault_id))}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
-        delay = float(request.params.get("revert_delay_s", 0))
-        if delay:
-            time.sleep(delay)
+        params = MARKER.parse(request.params)
+        if params.revert_delay_s:
+            time.sleep(params.revert_delay_s)
         with self._lock:
             failures = self._failed.get(fault_id, 0)
-            if failures < int(request.params.get("fail_reverts", 0)):
+            if failures < params.fail_reverts:
                 self._failed[fault_id] = failures + 1
                 raise RuntimeError(f"marker revert failure {failures + 1}")
             self.reverts.append(fault_id)

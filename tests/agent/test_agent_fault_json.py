@@ -129,7 +129,7 @@ def test_the_state_file_reads_back_as_the_faults_and_their_states(
     registry = FaultRegistry(MarkerBackend(tmp_path / "markers"),
                              state_path=tmp_path / "agent.json", node="n\u00e9-1",
                              clock=FakeClock(start=1_000.5))
-    faults = registry.apply_many([(FaultRequest(KIND, {"n": i}, {"x": "\u2713"}), 30)
+    faults = registry.apply_many([(FaultRequest(KIND, {"n": i}, {"reject": None}), 30)
                                   for i in range(3)])
     registry.revert(faults[0].id)
     saved = json.loads(registry.state_path.read_text(encoding="utf-8"))

@@ -128,7 +128,7 @@ def test_round_trip(client: AgentClient, backend: MarkerBackend, agent: AgentSer
     assert inventory["links"] == [] and inventory["mounts"] == []
 
     before = time.time()
-    fault = client.inject(KIND, {"gpu": 0}, {"a": 1}, 30)
+    fault = client.inject(KIND, {"gpu": 0}, {"fail_reverts": 0}, 30)
     assert backend.markers() == {fault["id"]}
     assert fault["injected_at"] == "process" and fault["lease_s"] == 30
     assert before <= fault["applied_at"] <= time.time()
@@ -197,7 +197,7 @@ def test_oversized_body_is_413(agent: AgentServer, backend: MarkerBackend) -> No
 def test_duplicate_is_409(client: AgentClient, agent: AgentServer) -> None:
     first = client.inject(KIND, {"gpu": 0}, {}, 30)
     with pytest.raises(AgentError) as caught:
-        client.inject(KIND, {"gpu": 0}, {"other": True}, 30)
+        client.inject(KIND, {"gpu": 0}, {"note": "other"}, 30)
     assert caught.value.status == 409
     assert agent.url in str(caught.value) and first["id"] in str(caught.value)
     assert client.inject(KIND, {"gpu": 1}, {}, 30)["target"] == {"gpu": 1}

@@ -53,9 +53,9 @@ def saved_ids(state_path: pathlib.Path) -> list[str]:
 
 def test_apply_records_fault_and_persists_it(registry: FaultRegistry, backend: MarkerBackend,
                                              state_path: pathlib.Path) -> None:
-    fault = registry.apply(request(p=1), 30)
+    fault = registry.apply(request(fail_reverts=0), 30)
     assert fault.id.startswith("f-")
-    assert (fault.kind, fault.target, fault.params) == (KIND, {"gpu": 0}, {"p": 1})
+    assert (fault.kind, fault.target, fault.params) == (KIND, {"gpu": 0}, {"fail_reverts": 0})
     assert fault.injected_at == "process"
     assert (fault.applied_at, fault.expires_at, fault.lease_s) == (1_000.0, 1_030.0, 30)
     assert fault.reverted_at is None and fault.active
@@ -81,7 +81,7 @@ def test_unknown_kind_is_invalid_and_names_known_kinds(registry: FaultRegistry) 
 def test_same_kind_on_equal_target_conflicts(registry: FaultRegistry) -> None:
     first = registry.apply(request(gpu=0), 30)
     with pytest.raises(FaultConflict, match=first.id) as caught:
-        registry.apply(request(gpu=0, other="params"), 30)
+        registry.apply(request(gpu=0, note="params"), 30)
     assert caught.value.existing == first
     registry.apply(request(gpu=1), 30)  # another target is fine
     registry.revert(first.id)
@@ -224,7 +224,7 @@ def test_unreadable_state_file_stops_the_agent(backend: MarkerBackend,
 
 
 def test_fault_json_round_trip(registry: FaultRegistry) -> None:
-    fault = registry.apply(request(x=[1, 2]), 30)
+    fault = registry.apply(request(note="\u2713 [1, 2]"), 30)
     assert Fault.from_json(json.loads(json.dumps(fault.to_json()))) == fault
     assert set(fault.to_json()) == {"id", "kind", "target", "params", "lease_s", "injected_at",
                                     "applied_at", "expires_at", "reverted_at",

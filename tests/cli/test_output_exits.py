@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from faults.catalogue import CATALOGUE
 from gameday.experiment.loader import load_experiment
+from gameday.kinds import CATALOGUE
 from tests.conftest import REPO, cli_env, gameday, python_activity
 from tests.report.reports_helpers import real_journal, varied, write
 
-_SCHEMA_TYPES = {"integer", "number", "boolean", "string", "object", "null"}
+_SCHEMA_TYPES = {"integer", "number", "boolean", "string", "object", "array", "null"}
 
 
 def _json(args: list[str], env: dict[str, str], code: int) -> Any:
@@ -32,7 +32,10 @@ def test_faults_as_json_schema_and_one_kind(tmp_path: Path) -> None:
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert set(schema["required"]) <= set(schema["properties"])
         for prop in schema["properties"].values():
-            types = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
+            forms = prop.get("anyOf", [prop])  # a selector: a mapping, a name, or null
+            types = [t for form in forms
+                     for t in (form["type"] if isinstance(form["type"], list)
+                               else [form["type"]])]
             assert set(types) <= _SCHEMA_TYPES and prop["description"]
             if "enum" in prop and "default" in prop:
                 assert prop["default"] in prop["enum"]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from faults.catalogue import CATALOGUE
 from faults.reference import catalogue_markdown
 from gameday.contract.backend import INJECTION_LAYERS
 from gameday.experiment.extension import COVERAGE_LAYERS
+from gameday.kinds import CATALOGUE
 from tests.conftest import REPO, gameday
 
 KINDS = sorted(CATALOGUE)

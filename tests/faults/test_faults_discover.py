@@ -3,7 +3,7 @@
 from chaoslib.discovery.package import get_discover_function
 
 import faults
-from faults.catalogue import CATALOGUE
+from gameday.kinds import CATALOGUE
 
 
 def test_discovery_lists_every_catalogued_action_and_those_that_undo() -> None:

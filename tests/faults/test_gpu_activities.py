@@ -10,9 +10,8 @@ import yaml
 from chaoslib.exceptions import ActivityFailed
 
 from faults import gpu
-from faults.catalogue import CATALOGUE, by_activity
-from gameday.errors import InvalidInput
 from gameday.experiment.loader import load_experiment
+from gameday.kinds import CATALOGUE, by_activity
 from tests.conftest import cli_env, gameday
 
 EXPERIMENTS = ("gpu-oom-restart", "gpu-thermal-throttle", "gpu-fall-off-bus")
@@ -30,7 +29,7 @@ def test_each_action_is_the_activity_of_its_catalogue_entry(func: str, kind: str
 @pytest.mark.parametrize(("arguments", "message"), [
     ({}, "exactly one of size_bytes or fraction, got neither"),
     ({"size_bytes": 10, "fraction": 0.5}, "got size_bytes and fraction"),
-    ({"fraction": 0.0}, "fraction must be > 0"),
+    ({"fraction": 0.0}, "arguments.fraction: must be > 0"),
 ])
 def test_oom_refuses_bad_sizes_before_touching_a_target(arguments: dict[str, Any],
                                                         message: str) -> None:
@@ -39,11 +38,11 @@ def test_oom_refuses_bad_sizes_before_touching_a_target(arguments: dict[str, Any
 
 
 def test_thermal_and_xid_check_their_arguments_with_the_catalogue() -> None:
-    with pytest.raises(ActivityFailed, match="clock_ratio must be > 0"):
+    with pytest.raises(ActivityFailed, match=r"arguments\.clock_ratio: must be > 0"):
         gpu.thermal_throttle({"holding_shard": 0}, clock_ratio=0.0)
-    with pytest.raises(InvalidInput, match="must be one of sw_thermal, hw_thermal"):
+    with pytest.raises(ActivityFailed, match="must be one of sw_thermal, hw_thermal"):
         gpu.thermal_throttle({"holding_shard": 0}, reason="warm")
-    with pytest.raises(InvalidInput, match="must be <= 999"):
+    with pytest.raises(ActivityFailed, match="must be <= 999"):
         gpu.xid_error({"holding_shard": 0}, xid=1000)
 
 

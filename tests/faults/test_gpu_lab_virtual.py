@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from faults.catalogue import CATALOGUE
 from gameday.clock import FakeClock
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds import CATALOGUE
 from gameday.lab.alerts import CRITICAL_ALERTS
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.lab.exporter import render_dcgm
@@ -79,12 +79,13 @@ def test_oom_by_bytes_rounds_up_to_mib_and_refuses_more_than_is_free(
 
 
 @pytest.mark.parametrize(("params", "names"), [
-    ({}, "exactly one of 'size_bytes' or 'fraction'"),
-    ({"size_bytes": 1, "fraction": 0.5}, "size_bytes, fraction"),
-    ({"fraction": 0}, "'fraction'"),
-    ({"fraction": 1.5}, "'fraction'"),
-    ({"size_bytes": 0}, "'size_bytes'"),
-    ({"size_bytes": "1G"}, "'size_bytes'"),
+    ({}, "exactly one of size_bytes or fraction, got neither"),
+    ({"size_bytes": 1, "fraction": 0.5}, "got size_bytes and fraction"),
+    ({"fraction": 0}, r"params\.fraction: must be > 0"),
+    ({"fraction": 1.5}, r"params\.fraction: must be <= 1"),
+    ({"size_bytes": 0}, r"params\.size_bytes: must be >= 1"),
+    ({"size_bytes": "1G"}, r"params\.size_bytes: must be an integer"),
+    ({"size_bytes": 1, "zz": {"a": {}}}, r"params\.zz: unknown parameter of gpu\.oom"),
 ])
 def test_invalid_oom_requests_name_the_parameter(backend: VirtualGpuBackend,
                                                  params: dict[str, Any], names: str) -> None:

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from faults.catalogue import CATALOGUE
 from gameday.agent.policy import load_policy
 from gameday.agent.serve import check_policy, serve_parser
 from gameday.errors import InvalidInput
 from gameday.gamedays.playbook import load_playbook
 from gameday.gamedays.schedule import cronjob
+from gameday.kinds import CATALOGUE
 from gameday.targets.agent_tls import ENVIRONMENT
 from gameday.targets.kubernetes.discovery import agent_server_name
 from gameday.targets.kubernetes.manifests import ValidatedDocument, validate_file, validate_manifest

@@ -88,7 +88,7 @@ def test_a_refused_item_rolls_back_and_publishes_the_gpus_as_they_were(
     backend = devices.VirtualGpuBackend("n0", tmp_path / "gpus", gpus=2)
     registry = FaultRegistry(backend, state_path=tmp_path / "agent.json", node="n0")
     with pytest.raises(BatchRejected) as refused:
-        registry.apply_many([ecc(0), ecc(1, kind="no-such-kind")])
+        registry.apply_many([ecc(0), ecc(9)])  # no GPU 9: the backend refuses it
     assert refused.value.index == 1 and len(refused.value.rolled_back) == 1
     node = published(tmp_path / "gpus")
     assert node.gpus == {i: fresh_gpu("n0", i) for i in range(2)}

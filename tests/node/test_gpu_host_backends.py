@@ -422,7 +422,7 @@ def test_gpu_xid_without_dcgm_writes_only_the_kernel_log(tmp_path: Path) -> None
     assert applied["channels"] == ["kmsg"] and applied["dcgm_fields"] == []
     assert applied["injected_at"] == "log"
     assert "Warp Exception" in host.lines()[0] and host.dcgm.injections == []
-    with pytest.raises(FaultRejected, match=r"'xid' must be an integer 1\.\.999"):
+    with pytest.raises(FaultRejected, match=r"params\.xid: must be >= 1"):
         host.backend.apply("x2", request("gpu.xid", 0, xid=0))
 
 

@@ -12,7 +12,7 @@ import pytest
 from chaoslib.exceptions import ActivityFailed
 
 from faults import net, service
-from faults.catalogue import CATALOGUE
+from gameday.kinds import CATALOGUE
 from gameday.lab.httpjson import ConnectionPool, JsonServer, json_response
 from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
 from gameday.node.tcprelay import Impairment, Relay

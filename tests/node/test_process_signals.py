@@ -132,7 +132,7 @@ def test_freezer_stall_freezes_and_thaws_a_real_process(
 
 
 def test_catalogue_entries_are_the_activities_and_the_host_handlers() -> None:
-    from faults.catalogue import CATALOGUE, by_activity
+    from gameday.kinds import CATALOGUE, by_activity
     from gameday.node.host.backend import host_backend
 
     kinds = host_backend("here").capabilities()
@@ -178,7 +178,7 @@ def test_bad_parameters_are_refused_before_anything_is_signalled(
            ({"pid": ticker.pid}, {"duration_s": float("nan")}, "params.duration_s"),
            ({"pid": ticker.pid}, {"max_processes": 100000}, "params.max_processes"),
            ({"pid": ticker.pid}, {"max_processes": True}, "params.max_processes"),
-           ({"pid": ticker.pid}, {"signal": "KILL"}, "params.signal is unknown"),
+           ({"pid": ticker.pid}, {"signal": "KILL"}, "params.signal: unknown parameter"),
            ({"pid": ticker.pid, "x": 1}, {}, "target.x is unknown"),
            ({"pid": ticker.pid, "name": "python"}, {}, "exactly one of"),
            ({"pid": "12"}, {}, "target.pid"),

@@ -1,31 +1,27 @@
-"""What a virtual fault kind is, and the parameter checks every kind shares.
+"""What a virtual fault kind is, and the target check every kind shares.
 
-A :class:`VirtualFault` turns a request (target, params) into a :class:`GpuChange`, or
-raises :class:`gameday.errors.FaultRejected` with a one-line reason naming the
-parameter. The change names the fields of a GPU's state that the fault sets, and their
+A :class:`VirtualFault` turns a request (its target, and its parameters as the kind's
+declaration in :mod:`gameday.kinds` parsed them: typed, checked, defaults filled in)
+into a :class:`GpuChange`, or raises :class:`gameday.errors.FaultRejected` with a
+one-line reason. The change names the fields of a GPU's state that the fault sets, and their
 values; the backend records the values they had, and reverting restores them.
 """
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeGuard, TypeVar
+from typing import Any, Protocol, TypeGuard
 
 from gameday.errors import FaultRejected
+from gameday.kinds import KindParams, KindSpec
 from gameday.lab.gpustate import GpuState
 
 __all__ = [
     "GpuChange",
     "GrowingChange",
     "VirtualFault",
-    "bool_param",
     "check_known",
-    "choice_param",
-    "float_param",
-    "int_param",
     "is_growing",
     "target_gpu",
 ]
-
-T = TypeVar("T")
 
 
 class GpuChange(Protocol):
@@ -76,10 +72,16 @@ class VirtualFault(Protocol):
     @property
     def injected_at(self) -> str: ...
 
-    def validate(self, target: Mapping[str, Any], params: Mapping[str, Any],
+    @property
+    def spec(self) -> KindSpec[KindParams]:
+        """The kind's declaration, which parses the request's parameters."""
+        ...
+
+    def validate(self, target: Mapping[str, Any], params: Any,
                  gpus: Sequence[GpuState]) -> GpuChange:
-        """Check ``target`` and ``params`` against this node's ``gpus``; raise
-        :class:`FaultRejected` (one line, naming the parameter) when invalid."""
+        """Check ``target`` and the parsed ``params`` (the kind's own
+        :class:`~gameday.kinds.KindParams`) against this node's ``gpus``; raise
+        :class:`FaultRejected` (one line) when it cannot be applied."""
         ...
 
 
@@ -110,47 +112,3 @@ def target_gpu(kind: str, target: Mapping[str, Any], gpus: Sequence[GpuState]) -
     if not gpus[index].present:
         raise FaultRejected(f"{kind}: target.gpu {index} ({gpus[index].label}) is not present")
     return index
-
-
-def int_param(kind: str, params: Mapping[str, Any], name: str, *, default: int,
-              low: int, high: int) -> int:
-    value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FaultRejected(f"{kind}: parameter {name!r} must be an integer between {low} "
-                            f"and {high}, got {value!r}")
-    return value
-
-
-def bool_param(kind: str, params: Mapping[str, Any], name: str, *, default: bool) -> bool:
-    value = params.get(name, default)
-    if not isinstance(value, bool):
-        raise FaultRejected(f"{kind}: parameter {name!r} must be true or false, got {value!r}")
-    return value
-
-
-def choice_param(kind: str, params: Mapping[str, Any], name: str, choices: Sequence[T],
-                 *, default: T | None = None, required: bool = False) -> T | None:
-    if name not in params:
-        if required:
-            raise FaultRejected(f"{kind}: parameter {name!r} is required; one of "
-                                f"{', '.join(repr(c) for c in choices)}")
-        return default
-    value = params[name]
-    if isinstance(value, bool) or value not in choices:
-        raise FaultRejected(f"{kind}: parameter {name!r} must be one of "
-                            f"{', '.join(repr(c) for c in choices)}, got {value!r}")
-    chosen: T = value
-    return chosen
-
-
-def float_param(kind: str, params: Mapping[str, Any], name: str, *, default: float,
-                low: float, high: float, low_open: bool = False) -> float:
-    """A number in ``[low, high]`` (``(low, high]`` with ``low_open``); ints are accepted."""
-    value = params.get(name, default)
-    ok = (not isinstance(value, bool) and isinstance(value, int | float)
-          and (value > low if low_open else value >= low) and value <= high)
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise FaultRejected(f"{kind}: parameter {name!r} must be a number in {bracket}{low:g}, "
-                            f"{high:g}], got {value!r}")
-    return float(value)

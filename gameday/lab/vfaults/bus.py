@@ -1,6 +1,6 @@
 """``gpu.fall_off_bus``: a virtual GPU falls off the PCIe bus (Xid 79).
 
-No parameters. Target ``{"gpu": i}``.
+No parameters (:class:`gameday.kinds.gpu.FallOffBusParams`). Target ``{"gpu": i}``.
 
 Applying makes the GPU absent: it leaves the node's inventory and its dcgm-exporter
 series, its last Xid is 79, and shards on it fail every request
@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gameday.kinds.gpu import GPU_FALL_OFF_BUS, FallOffBusParams
 from gameday.lab.gpustate import GpuState
-from gameday.lab.vfaults.base import check_known, target_gpu
+from gameday.lab.vfaults.base import target_gpu
 
 __all__ = ["XID_FALLEN_OFF_BUS", "FallOffBusChange", "FallOffBusFault"]
 
@@ -35,8 +36,8 @@ class FallOffBusChange:
 class FallOffBusFault:
     kind = "gpu.fall_off_bus"
     injected_at = "virtual"
+    spec = GPU_FALL_OFF_BUS
 
-    def validate(self, target: Mapping[str, Any], params: Mapping[str, Any],
+    def validate(self, target: Mapping[str, Any], params: FallOffBusParams,
                  gpus: Sequence[GpuState]) -> FallOffBusChange:
-        check_known(self.kind, "parameter", params, ())
         return FallOffBusChange(target_gpu(self.kind, target, gpus))

@@ -1,8 +1,7 @@
 """``gpu.ecc``: ECC errors on a virtual GPU, with an optional Xid and silent corruption.
 
-Parameters: ``kind`` (``"single_bit"`` | ``"double_bit"``, required when ``count > 0``),
-``count`` (0..1_000_000, default 1; 0 only with ``xid`` or ``corrupt_weights``), ``xid``
-(48, 63, 64, 94, 95 or null), ``corrupt_weights`` (default false). Target ``{"gpu": i}``.
+Parameters: :class:`gameday.kinds.gpu.EccParams` (parsed by the kind's declaration
+before they get here). Target ``{"gpu": i}``.
 
 Applying adds ``count`` to the volatile SBE or DBE total, sets the last Xid, and marks
 the GPU's weights corrupted if asked (shards on it then answer wrongly, silently).
@@ -13,24 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gameday.errors import FaultRejected
+from gameday.kinds.gpu import ECC_XIDS, GPU_ECC, EccParams
 from gameday.lab.gpustate import GpuState
-from gameday.lab.vfaults.base import (
-    bool_param,
-    check_known,
-    choice_param,
-    int_param,
-    target_gpu,
-)
+from gameday.lab.vfaults.base import target_gpu
 
 __all__ = ["ECC_XIDS", "EccChange", "EccFault"]
 
 EccKind = Literal["single_bit", "double_bit"]
 ECC_KINDS: Final[tuple[EccKind, ...]] = ("single_bit", "double_bit")
-#: Xids an ECC fault may report: 48 DBE, 63/64 row remapping, 94 contained, 95 uncontained.
-ECC_XIDS: Final = (48, 63, 64, 94, 95)
-MAX_COUNT: Final = 1_000_000
-_PARAMS: Final = ("kind", "count", "xid", "corrupt_weights")
 
 
 @dataclass(frozen=True)
@@ -62,19 +51,11 @@ class EccChange:
 class EccFault:
     kind = "gpu.ecc"
     injected_at = "virtual"
+    spec = GPU_ECC
 
-    def validate(self, target: Mapping[str, Any], params: Mapping[str, Any],
+    def validate(self, target: Mapping[str, Any], params: EccParams,
                  gpus: Sequence[GpuState]) -> EccChange:
-        check_known(self.kind, "parameter", params, _PARAMS)
         gpu = target_gpu(self.kind, target, gpus)
-        count = int_param(self.kind, params, "count", default=1, low=0, high=MAX_COUNT)
-        ecc_kind = choice_param(self.kind, params, "kind", ECC_KINDS, required=count > 0)
-        xid = params.get("xid")
-        if xid is not None:
-            xid = choice_param(self.kind, params, "xid", ECC_XIDS)
-        corrupt = bool_param(self.kind, params, "corrupt_weights", default=False)
-        if count == 0 and xid is None and not corrupt:
-            raise FaultRejected(f"{self.kind}: parameter 'count' may be 0 only with 'xid' or "
-                                "'corrupt_weights' (it would change nothing)")
-        return EccChange(gpu=gpu, ecc_kind=ecc_kind, count=count, xid=xid,
-                         corrupt_weights=corrupt)
+        return EccChange(gpu=gpu, ecc_kind=params.kind if params.count else None,
+                         count=params.count, xid=params.xid,
+                         corrupt_weights=params.corrupt_weights)

@@ -1,9 +1,8 @@
 """``gpu.thermal``: a hot virtual GPU that holds its clocks down.
 
-Parameters: ``temperature_c`` (30..120, default 92), ``clock_ratio`` (the SM clock as a
-fraction of its maximum, (0, 1], default 0.5), ``reason`` (``"sw_thermal"``: clocks-event
-bit 0x20; ``"hw_thermal"``, the default: 0x20 | 0x40), ``allow_device_settings`` (accepted
-for parity with the real backend; nothing here is a real device). Target ``{"gpu": i}``.
+Parameters: :class:`gameday.kinds.gpu.ThermalParams` (``reason`` ``sw_thermal`` is
+clocks-event bit 0x20, ``hw_thermal`` 0x20 | 0x40; ``allow_device_settings`` is accepted
+for parity with the real backend: nothing here is a real device). Target ``{"gpu": i}``.
 
 Applying raises ``DCGM_FI_DEV_GPU_TEMP``, lowers ``DCGM_FI_DEV_SM_CLOCK`` and sets
 ``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``; shards on the GPU answer slower by the clock ratio
@@ -14,19 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gameday.kinds.gpu import GPU_THERMAL, ThermalParams
 from gameday.lab.gpustate import (
     CLOCK_EVENT_HW_THERMAL,
     CLOCK_EVENT_SW_THERMAL,
     SM_CLOCK_MHZ,
     GpuState,
 )
-from gameday.lab.vfaults.base import (
-    bool_param,
-    check_known,
-    choice_param,
-    float_param,
-    target_gpu,
-)
+from gameday.lab.vfaults.base import target_gpu
 
 __all__ = ["THERMAL_REASONS", "ThermalChange", "ThermalFault"]
 
@@ -36,7 +30,6 @@ THERMAL_REASONS: Final[Mapping[Reason, int]] = {
     "sw_thermal": CLOCK_EVENT_SW_THERMAL,
     "hw_thermal": CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL,
 }
-_PARAMS: Final = ("temperature_c", "clock_ratio", "reason", "allow_device_settings")
 
 
 @dataclass(frozen=True)
@@ -60,17 +53,10 @@ class ThermalChange:
 class ThermalFault:
     kind = "gpu.thermal"
     injected_at = "virtual"
+    spec = GPU_THERMAL
 
-    def validate(self, target: Mapping[str, Any], params: Mapping[str, Any],
+    def validate(self, target: Mapping[str, Any], params: ThermalParams,
                  gpus: Sequence[GpuState]) -> ThermalChange:
-        check_known(self.kind, "parameter", params, _PARAMS)
         gpu = target_gpu(self.kind, target, gpus)
-        temperature = float_param(self.kind, params, "temperature_c", default=92.0, low=30.0,
-                                  high=120.0)
-        ratio = float_param(self.kind, params, "clock_ratio", default=0.5, low=0.0, high=1.0,
-                            low_open=True)
-        reason = choice_param(self.kind, params, "reason", tuple(THERMAL_REASONS),
-                              default="hw_thermal")
-        bool_param(self.kind, params, "allow_device_settings", default=False)
-        assert reason is not None
-        return ThermalChange(gpu, temperature, ratio, THERMAL_REASONS[reason])
+        return ThermalChange(gpu, params.temperature_c, params.clock_ratio,
+                             THERMAL_REASONS[params.reason])

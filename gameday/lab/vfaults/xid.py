@@ -1,6 +1,6 @@
 """``gpu.xid``: an Xid reported by a virtual GPU's driver.
 
-Parameter: ``xid`` (required, 1..999). Target ``{"gpu": i}``.
+Parameters: :class:`gameday.kinds.gpu.XidParams` (``xid``). Target ``{"gpu": i}``.
 
 Applying sets the GPU's last Xid (``DCGM_FI_DEV_XID_ERRORS``); what follows depends on
 the Xid, as on a real GPU: 48/94/95 stop the shards on it and 79 means the GPU fell off
@@ -10,15 +10,13 @@ the bus (:mod:`gameday.lab.shard`), the controller's ``GpuCriticalXid`` alert fi
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from gameday.errors import FaultRejected
+from gameday.kinds.gpu import GPU_XID, XidParams
 from gameday.lab.gpustate import GpuState
-from gameday.lab.vfaults.base import check_known, int_param, target_gpu
+from gameday.lab.vfaults.base import target_gpu
 
-__all__ = ["MAX_XID", "XidChange", "XidFault"]
-
-MAX_XID: Final = 999
+__all__ = ["XidChange", "XidFault"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +34,8 @@ class XidChange:
 class XidFault:
     kind = "gpu.xid"
     injected_at = "virtual"
+    spec = GPU_XID
 
-    def validate(self, target: Mapping[str, Any], params: Mapping[str, Any],
+    def validate(self, target: Mapping[str, Any], params: XidParams,
                  gpus: Sequence[GpuState]) -> XidChange:
-        check_known(self.kind, "parameter", params, ("xid",))
-        gpu = target_gpu(self.kind, target, gpus)
-        if params.get("xid") is None:
-            raise FaultRejected(f"{self.kind}: parameter 'xid' is required (1..{MAX_XID})")
-        return XidChange(gpu, int_param(self.kind, params, "xid", default=0, low=1,
-                                        high=MAX_XID))
+        return XidChange(target_gpu(self.kind, target, gpus), params.xid)

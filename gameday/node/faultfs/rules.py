@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gameday.contract.faultfs import ERRNOS, OPERATION_GROUPS, OPERATIONS
+from gameday.errors import InvalidInput
+from gameday.kinds import catalogue as kind_specs
+from gameday.kinds.storage import ErrorsParams, SlowParams, StallParams
 
 __all__ = ["ERRNOS", "OPERATIONS", "FaultRaised", "Rule", "RuleError", "RuleSet",
            "rule_for_fault"]
@@ -109,15 +112,27 @@ class Rule:
 
 def rule_for_fault(kind: str, params: Mapping[str, Any]) -> Rule:
     """The rule for a storage fault kind (``storage.stall``, ``storage.errors``,
-    ``storage.slow``) and its parameters (``ops``, ``path``, ``errno``, ``percent``,
-    ``latency_ms``, ``jitter_ms``, ``duration_s``); the fault's ``within`` is the rule's
-    ``path``."""
+    ``storage.slow``) and its parameters, parsed by the kind's declaration
+    (:mod:`gameday.kinds.storage`); the fault's ``within`` is the rule's ``path``.
+    :class:`RuleError` naming ``params.<key>`` for parameters the declaration refuses."""
     modes: dict[str, Mode] = {"storage.stall": "hang", "storage.errors": "error",
                               "storage.slow": "latency"}
     if kind not in modes:
         raise RuleError(f"kind: {kind!r} is not a storage fault ({', '.join(modes)})")
-    return Rule.from_json({**params, "mode": modes[kind],
-                           "path": params.get("within") or params.get("path") or "/"})
+    try:
+        parsed = kind_specs.parse(kind, params)
+    except InvalidInput as exc:
+        raise RuleError(str(exc)) from None
+    assert isinstance(parsed, StallParams | ErrorsParams | SlowParams)
+    try:
+        return Rule(mode=modes[kind], ops=expand_operations(parsed.ops), path=parsed.within,
+                    latency_ms=parsed.latency_ms if isinstance(parsed, SlowParams) else 0.0,
+                    jitter_ms=parsed.jitter_ms if isinstance(parsed, SlowParams) else 0.0,
+                    errno_name=parsed.errno if isinstance(parsed, ErrorsParams) else "EIO",
+                    percent=parsed.percent if isinstance(parsed, ErrorsParams) else 100.0,
+                    duration_s=parsed.duration_s)
+    except RuleError as exc:
+        raise RuleError(f"params.{str(exc).replace('path:', 'within:', 1)}") from None
 
 
 @dataclass

@@ -20,6 +20,14 @@ from typing import Any, Final
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds.gpu import (
+    GPU_ECC,
+    GPU_FALL_OFF_BUS,
+    GPU_MEMORY_LEAK,
+    GPU_OOM,
+    GPU_THERMAL,
+    GPU_XID,
+)
 from gameday.node.host.base import HostFault
 from gameday.node.host.cuda import (
     OOM_MARGIN_BYTES,
@@ -288,8 +296,9 @@ class GpuOomHost(_DeviceMemoryHandler):
         self._holds: dict[str, MemoryHold] = {}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        params = GPU_OOM.backend_params(request.params)
         index = self.host.index(self.kind, request)
-        size, fraction = request.params.get("size_bytes"), request.params.get("fraction")
+        size, fraction = params.size_bytes, params.fraction
         self._refuse_blocked(index)
         try:
             _, _, free_before = self.host.nvml.memory(index)
@@ -322,15 +331,14 @@ class GpuMemoryLeakHost(_DeviceMemoryHandler):
         self._leaks: dict[str, GrowingHold] = {}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        params = GPU_MEMORY_LEAK.backend_params(request.params)
         index = self.host.index(self.kind, request)
         self._refuse_blocked(index)
-        params = request.params
         leak = GrowingHold(self.host.cuda, pci_bus_id=self.host.nvml.pci_bus_id(index),
-                           ordinal=index, rate_bytes_per_s=params.get("rate_bytes_per_s"),
-                           rate_fraction_per_s=params.get("rate_fraction_per_s"),
-                           cap_bytes=params.get("cap_bytes"),
-                           cap_fraction=float(params.get("cap_fraction") or 1.0),
-                           tick_s=float(params.get("tick_s") or 0.5))
+                           ordinal=index, rate_bytes_per_s=params.rate_bytes_per_s,
+                           rate_fraction_per_s=params.rate_fraction_per_s,
+                           cap_bytes=params.cap_bytes, cap_fraction=params.cap_fraction,
+                           tick_s=params.tick_s)
         with self._lock:
             self._leaks[fault_id] = leak
         return {"gpu": index, "step_bytes": leak.step_bytes, "tick_s": leak.tick_s,
@@ -355,11 +363,8 @@ class GpuXidHost(_GpuHandler):
         return self.host.xid_unavailable()
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        xid = GPU_XID.backend_params(request.params).xid
         index = self.host.index(self.kind, request)
-        xid = request.params.get("xid")
-        if isinstance(xid, bool) or not isinstance(xid, int) or not 1 <= xid <= 999:
-            raise FaultRejected(f"{self.kind}: parameter 'xid' must be an integer 1..999, "
-                                f"got {xid!r}")
         return self._report_xid(fault_id, index, xid)
 
 
@@ -374,6 +379,7 @@ class GpuFallOffBusHost(_GpuHandler):
         return self.host.nvml.unavailable() or self.host.dcgm.unavailable()
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        GPU_FALL_OFF_BUS.backend_params(request.params)  # none: refuses any
         index = self.host.index(self.kind, request)
         values = {FIELDS["DCGM_FI_DEV_XID_ERRORS"]: XID_FALLEN_OFF_BUS}
         held = self.host.hold_fields(self.kind, index, values)
@@ -396,20 +402,19 @@ class GpuEccHost(_GpuHandler):
         return self.host.xid_unavailable()
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        params = GPU_ECC.backend_params(request.params)
         index = self.host.index(self.kind, request)
-        params = request.params
-        if params.get("corrupt_weights"):
+        if params.corrupt_weights:
             raise FaultRejected(f"{self.kind}: corrupt_weights is lab-only; a real GPU's "
                                 "memory is never corrupted")
-        count = int(params.get("count") or 0)
-        xid = params.get("xid")
+        count, xid = params.count, params.xid
         fields: dict[int, int] = {}
         if count:
             reason = self.host.dcgm.unavailable()
             if reason is not None:
                 raise FaultRejected(f"{self.kind}: ECC counts need DCGM ({reason}); use "
                                     "count: 0 with an xid for a kernel-log-only fault")
-            name = ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" if params.get("kind") == "double_bit"
+            name = ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" if params.kind == "double_bit"
                     else "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")
             try:
                 gpu_id = self.host.dcgm.gpu_id(self.host.nvml.uuid(index))
@@ -418,7 +423,7 @@ class GpuEccHost(_GpuHandler):
                 raise FaultRejected(f"{self.kind}: {exc}") from None
             fields[FIELDS[name]] = now + count
         if xid is not None:
-            return {**self._report_xid(fault_id, index, int(xid), fields), "count": count}
+            return {**self._report_xid(fault_id, index, xid, fields), "count": count}
         if not fields:
             raise FaultRejected(f"{self.kind}: nothing to inject: give count > 0 or an xid")
         held = self.host.hold_fields(self.kind, index, fields)
@@ -440,22 +445,18 @@ class GpuThermalHost(_GpuHandler):
         return self.host.nvml.unavailable()
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
+        params = GPU_THERMAL.backend_params(request.params)
         index = self.host.index(self.kind, request)
-        params = request.params
-        device = params.get("allow_device_settings") is True
+        device = params.allow_device_settings
         if self.host.dcgm.unavailable() is not None and not device:
             raise FaultRejected(f"{self.kind}: DCGM is not available here "
                                 f"({self.host.dcgm.unavailable()}); set "
                                 "allow_device_settings: true to really slow the GPU down")
-        ratio = float(params.get("clock_ratio", 0.5))
-        if not 0 < ratio <= 1:
-            raise FaultRejected(f"{self.kind}: clock_ratio must be in (0, 1], got {ratio}")
+        ratio = params.clock_ratio
         _, max_mhz = self._clocks(index)
         target_mhz = max(1, round(max_mhz * ratio))
-        reasons = _THERMAL_REASONS.get(str(params.get("reason", "hw_thermal")))
-        if reasons is None:
-            raise FaultRejected(f"{self.kind}: reason must be sw_thermal or hw_thermal")
-        temperature = round(float(params.get("temperature_c", 92.0)))
+        reasons = _THERMAL_REASONS[params.reason]
+        temperature = round(params.temperature_c)
         values = {FIELDS["DCGM_FI_DEV_GPU_TEMP"]: temperature,
                   FIELDS["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]: reasons,
                   FIELDS["DCGM_FI_DEV_SM_CLOCK"]: target_mhz}

@@ -22,13 +22,14 @@ import contextlib
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION, LossParams, PartitionParams
 from gameday.node.host.base import HostFault
 from gameday.node.host.netrules import (
     DropSpec,
@@ -81,17 +82,6 @@ def _target(request: FaultRequest, *, link_required: bool) -> tuple[str | None, 
     return link, netns
 
 
-def _number(params: Mapping[str, Any], name: str, default: Any, low: float, high: float,
-            *, nullable: bool = False) -> float | None:
-    value = params.get(name, default)
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise FaultRejected(f"params.{name} must be a number between {low:g} and {high:g}, "
-                            f"got {value!r}")
-    return float(value)
-
-
 def _netlink_unavailable() -> str | None:
     try:
         with _ipr(None) as ipr:
@@ -134,19 +124,13 @@ class LinkFlapFault:
         assert link is not None
         if link == "lo":
             raise FaultRejected("target.link lo: refusing to take the loopback down")
-        down_s = _number(request.params, "down_s", 2.0, 0.05, 600.0)
-        up_s = _number(request.params, "up_s", 2.0, 0.05, 600.0)
-        count = request.params.get("count", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
-            raise FaultRejected(f"params.count must be an integer between 1 and 1000, "
-                                f"got {count!r}")
-        assert down_s is not None and up_s is not None
+        flap = NET_LINK_FLAP.backend_params(request.params)
         state = {item["name"]: item for item in list_links(netns)}.get(link)
         if state is None:
             raise FaultRejected(f"no interface {link!r}" + (f" in netns {netns}" if netns else ""))
         if not state["admin_up"]:
             raise FaultRejected(f"interface {link} is already down; nothing to flap")
-        return link, netns, state, flap_phases(down_s, up_s, count)
+        return link, netns, state, flap_phases(flap.down_s, flap.up_s, flap.count)
 
     def check(self, request: FaultRequest) -> dict[str, Any]:
         """The interface :meth:`apply` would flap, read-only: ``{"interfaces": [link]}``."""
@@ -200,28 +184,17 @@ class DropRulesFault:
             return str(exc)
         return None
 
-    def _spec(self, request: FaultRequest, link: str | None) -> DropSpec:
-        params = request.params
-        share = 1.0
-        if self.kind == "net.loss":
-            percent = _number(params, "percent", None, 0.0, 100.0)
-            assert percent is not None
-            share = percent / 100.0
-        peer = params.get("peer")
+    def _spec(self, params: LossParams | PartitionParams, link: str | None) -> DropSpec:
+        share = params.percent / 100.0 if isinstance(params, LossParams) else 1.0
+        peer = params.peer
         if peer is not None:
             try:
-                peer = str(ipaddress.ip_network(str(peer), strict=False))
+                peer = str(ipaddress.ip_network(peer, strict=False))
             except ValueError:
                 raise FaultRejected(f"params.peer must be an IP address or CIDR, "
-                                    f"got {params.get('peer')!r}") from None
-        port = params.get("port")
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                                 or not 1 <= port <= 65535):
-            raise FaultRejected(f"params.port must be an integer 1..65535, got {port!r}")
-        direction = params.get("direction") or "both"
-        if direction not in ("ingress", "egress", "both"):
-            raise FaultRejected(f"params.direction must be ingress, egress or both, "
-                                f"got {direction!r}")
+                                    f"got {params.peer!r}") from None
+        port = params.port
+        direction = params.direction or "both"
         if self.kind == "net.partition" and not (peer or port or link):
             raise FaultRejected("net.partition needs a peer, a port or a link: refusing to "
                                 "cut the host off entirely")
@@ -231,10 +204,12 @@ class DropRulesFault:
                  ) -> tuple[str | None, str | None, DropSpec, float | None, Any]:
         """The link, netns, rules, duration and mechanism of ``request``, every
         parameter checked; :class:`FaultRejected` otherwise. Changes nothing."""
+        params = (NET_LOSS if self.kind == NET_LOSS.name else NET_PARTITION).backend_params(
+            request.params)
         link, netns = _target(request, link_required=False)
-        spec = self._spec(request, link)
-        duration = _number(request.params, "duration_s", None, 0.05, 86400.0, nullable=True)
-        mech = mechanism(str(request.params.get("mechanism") or "auto"), allowed=self.allowed)
+        spec = self._spec(params, link)
+        duration = params.duration_s
+        mech = mechanism(params.mechanism, allowed=self.allowed)
         return link, netns, spec, duration, mech
 
     def check(self, request: FaultRequest) -> dict[str, Any]:

@@ -21,13 +21,18 @@ connections go straight to the service again. ``percent`` must be 100 and ``jitt
 """
 
 import ipaddress
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
+from gameday.kinds.service import (
+    SERVICE_LATENCY,
+    SERVICE_TIMEOUT,
+    LatencyParams,
+    TimeoutParams,
+)
 from gameday.node.host.base import HostFault
 from gameday.node.host.netrules import RedirectSpec, all_mechanisms, mechanism, rule_name
 from gameday.node.phases import PhaseRunner, hold_phases
@@ -40,15 +45,6 @@ log = structlog.get_logger("gameday.node.host.proxy")
 PROXY_MARK = 0x67646E  # "gdn": the proxy's upstream sockets skip the redirect
 DRAIN_S = 5.0  # how long a revert lets requests in flight through the proxy finish
 DEFAULT_PREFIX = "gameday"
-
-
-def _number(params: Mapping[str, Any], name: str, default: Any, low: float, high: float
-            ) -> float:
-    value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise FaultRejected(f"params.{name} must be a number between {low:g} and {high:g}, "
-                            f"got {value!r}")
-    return float(value)
 
 
 class ServiceProxyFault:
@@ -69,16 +65,15 @@ class ServiceProxyFault:
             return f"no way to redirect connections to the proxy: {exc}"
         return None
 
-    def _impairment(self, params: Mapping[str, Any]) -> Impairment:
-        if _number(params, "percent", 100.0, 0.0, 100.0) != 100.0:
+    def _impairment(self, params: LatencyParams | TimeoutParams) -> Impairment:
+        if params.percent != 100.0:
             raise FaultRejected("params.percent must be 100 on a host: the proxy impairs "
                                 "every request")
-        if self.kind == "service.latency":
-            if _number(params, "jitter_ms", 0.0, 0.0, 600_000.0) != 0.0:
+        if isinstance(params, LatencyParams):
+            if params.jitter_ms != 0.0:
                 raise FaultRejected("params.jitter_ms must be 0 on a host")
-            return Impairment(delay_s=_number(params, "delay_ms", 200.0, 0.0, 600_000.0)
-                              / 1000.0)
-        return Impairment(hold=True, hold_s=_number(params, "hang_s", 30.0, 0.05, 3600.0))
+            return Impairment(delay_s=params.delay_ms / 1000.0)
+        return Impairment(hold=True, hold_s=params.hang_s)
 
     @staticmethod
     def _service(request: FaultRequest) -> tuple[str, int]:
@@ -100,11 +95,11 @@ class ServiceProxyFault:
                  ) -> tuple[str, int, Impairment, float | None, Any]:
         """The service, impairment, duration and redirect mechanism of ``request``,
         every parameter checked; :class:`FaultRejected` otherwise. Changes nothing."""
+        params = (SERVICE_LATENCY if self.kind == SERVICE_LATENCY.name else
+                  SERVICE_TIMEOUT).backend_params(request.params)
         address, port = self._service(request)
-        impairment = self._impairment(request.params)
-        duration = request.params.get("duration_s")
-        if duration is not None:
-            duration = _number(request.params, "duration_s", None, 0.05, 86400.0)
+        impairment = self._impairment(params)
+        duration = params.duration_s
         mech = mechanism("auto", allowed=("nftables", "iptables"))
         return address, port, impairment, duration, mech
 

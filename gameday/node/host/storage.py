@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected, PolicyRefused
+from gameday.kinds.storage import STORAGE_STALL
 from gameday.node.cgroups import BoundedGroup, CgroupError, detect, group_prefix
 from gameday.node.faultfs.control import ControlError
 from gameday.node.faultfs.mount import mount_table
@@ -94,6 +95,12 @@ class FuseStorageFault:
     def unavailable(self) -> str | None:
         return _fuse_unavailable()
 
+    def _freezer(self, request: FaultRequest) -> bool:
+        """Whether ``request`` stalls by the cgroup freezer (``storage.stall``'s
+        ``mechanism``, as its declaration parses it), not the fault filesystem."""
+        return self.kind == STORAGE_STALL.name and \
+            STORAGE_STALL.backend_params(request.params).mechanism == "freezer"
+
     def _checked(self, request: FaultRequest) -> tuple[Path, Rule]:
         """The directory to layer and the rule of ``request`` (FUSE), checked;
         :class:`FaultRejected` otherwise. Changes nothing."""
@@ -104,12 +111,12 @@ class FuseStorageFault:
         try:
             return path, rule_for_fault(self.kind, request.params)
         except RuleError as exc:
-            raise FaultRejected(f"params.{exc}") from None
+            raise FaultRejected(str(exc)) from None
 
     def check(self, request: FaultRequest) -> dict[str, Any]:
         """The directory :meth:`apply` would layer (resolved), read-only; for the
         freezer, the cgroup or process it would freeze."""
-        if request.params.get("mechanism") != "freezer":
+        if not self._freezer(request):
             return {"paths": [str(self._checked(request)[0])]}
         try:
             cgroup, pid = self._freeze_target(request)
@@ -120,7 +127,7 @@ class FuseStorageFault:
         return {"processes": [{"pid": pid, "command": " ".join(command_line(pid or 0))}]}
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
-        if request.params.get("mechanism") == "freezer":
+        if self._freezer(request):
             return self._freeze(fault_id, request)
         path, rule = self._checked(request)
         client = self.layers.acquire(Path(path), fault_id)
@@ -132,7 +139,7 @@ class FuseStorageFault:
         return {"path": path, "mechanism": "fuse", "rule": rule.to_json()}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
-        if request.params.get("mechanism") == "freezer":
+        if self._freezer(request):
             self._thaw(fault_id, request)
             return
         path = request.target.get("path") or request.target.get("mount")

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gameday.errors import InvalidInput, TargetUnavailable
+from gameday.kinds.process import POD_SELECTOR
 
 __all__ = ["POD_KEYS", "ContainerRef", "find_container", "pod_selector_text"]
 
-POD_KEYS = ("namespace", "labels", "label_selector", "name", "container")
+POD_KEYS = POD_SELECTOR.key_names
 
 _RUNTIME_ID = re.compile(r"^(?P<runtime>[a-z0-9.+-]+)://(?P<id>[A-Za-z0-9._-]+)$")
 

@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gameday.errors import InvalidInput
+from gameday.kinds.gpu import GPU_SELECTOR
 from gameday.targets.kubernetes.discovery import FleetGpu
 
 __all__ = ["SELECTOR_KEYS", "select_gpus"]
 
-SELECTOR_KEYS = ("node", "node_labels", "index", "uuid", "nvlink_domain", "holding_shard",
-                 "percent", "seed")
+SELECTOR_KEYS = GPU_SELECTOR.key_names
 
 
 def _one_or_many(value: Any) -> set[str]:

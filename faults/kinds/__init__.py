@@ -1,1 +1,0 @@
-"""Fault kinds by area; ``faults.catalogue`` gathers them."""

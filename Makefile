@@ -31,7 +31,9 @@ SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
            && $(PY) bench/gpu_check.py --deadline-s 60 \
            && $(PY) bench/faultfs_overhead.py --reads 3 --stall-s 0.05 \
            && $(PY) bench/injection_latency.py --trials 1 \
-           && $(PY) bench/process_scan.py --items 16
+           && $(PY) bench/process_scan.py --items 16 \
+           && $(PY) bench/halt.py --agents 4 --gpus 2 --racks 2 --rounds 1 \
+           && $(PY) bench/kinds_parse.py --number 200
 
 .PHONY: setup debs demo-debs bytecode demo test bench bench-smoke lint constraints clean
 
@@ -97,6 +99,8 @@ bench: debs $(LAB_STAMP) bytecode
 	$(PY) bench/faultfs_overhead.py
 	$(PY) bench/injection_latency.py --trials 20
 	$(PY) bench/process_scan.py
+	$(PY) bench/halt.py
+	$(PY) bench/kinds_parse.py
 
 bench-smoke: debs $(LAB_STAMP) bytecode
 	$(SMOKE)

@@ -12,12 +12,14 @@ Exit codes: 0 when every agent (and the ConfigMap) answered and holds what was a
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gameday.cli.output import add_output_argument, emit, wants_json
 from gameday.cli.parsers import command
-from gameday.safety.halt import Action, throw, uses_kubernetes, who
 from gameday.targets import agent_tls
+
+if TYPE_CHECKING:
+    from gameday.safety.halt import Action
 
 __all__ = ["add_command", "run_halt"]
 
@@ -63,6 +65,8 @@ def run_halt(args: argparse.Namespace) -> int:
         from gameday.safety.halt_webhook import serve_from_arguments
 
         return serve_from_arguments(args)
+    from gameday.safety.halt import throw, uses_kubernetes, who  # the orchestrator's alone
+
     action: Action = "release" if args.release else "status" if args.status else "engage"
     document = throw(action, args.reason or f"gameday halt by {who()}", args.target_config,
                      kubernetes=uses_kubernetes(args.kubernetes))

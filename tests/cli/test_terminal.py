@@ -52,7 +52,7 @@ def test_the_agent_commands_have_help_and_examples_too(tmp_path: Path) -> None:
     assert all(action.help for action in parser._actions)
     assert (parser.epilog or "").startswith("example:\n")
     result = gameday(["agent", "policy", "--help"], cli_env(tmp_path))
-    assert result.returncode == 0 and "--check FILE  the policy file" in result.stdout
+    assert result.returncode == 0 and "--check FILE       the policy file" in result.stdout
     assert "example:\n  gameday agent policy --check " in result.stdout
 
 

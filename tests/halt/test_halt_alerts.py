@@ -27,7 +27,7 @@ import yaml
 
 from gameday.errors import InvalidInput
 from gameday.experiment.extension import parse_extension
-from gameday.safety.alertmanager import parse_matcher
+from gameday.experiment.silence import parse_matcher
 from gameday.safety.stop_conditions import AlertRule, firing, matches
 from gameday.wire.agent_client import AgentClient, AgentHalted
 from tests.conftest import python_activity, write_experiment

@@ -68,7 +68,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeStan
     token.chmod(0o600)
     policy = tmp / "policy.yaml"
     policy.write_text(f"kinds: [process.kill, process.pause]\n"
-                      f"processes: {{cgroups: ['/{PREFIX}-']}}\n")
+                      f"processes: {{cgroups: ['/{PREFIX}-kubepods']}}\n")
     agent = run_agent(["--backend", "host", "--listen", "127.0.0.1:0", "--token-file",
                        str(token), "--state-dir", str(tmp / "state"), "--node", "n0",
                        "--policy", str(policy)], cli_env(tmp), tmp / "agent.stderr")
@@ -90,12 +90,15 @@ def job(cluster: tuple[KubeStandin, str, Path]) -> Iterator[dict[str, Container]
     own, all with the same command line."""
     api, _, _ = cluster
     made: dict[str, Container] = {}
+    pods = BoundedGroup(f"{PREFIX}-kubepods", ("pids",))  # the policy allows what is below
+    pods.create()
     try:
         for pod, names in (("train-0", ("worker",)), ("train-1", ("worker", "sidecar"))):
             ids: dict[str, str | None] = {}
             for name in names:
                 cid = secrets.token_hex(32)
-                group = BoundedGroup(f"{PREFIX}-cri-containerd-{cid}.scope", ("pids",))
+                group = BoundedGroup(f"{PREFIX}-kubepods/cri-containerd-{cid}.scope",
+                                     ("pids",))
                 group.create()
                 process = subprocess.Popen([sys.executable, "-c", WORKER, MARKER])
                 made[f"{pod}/{name}"] = Container(pod, name, cid, group, process)
@@ -114,6 +117,7 @@ def job(cluster: tuple[KubeStandin, str, Path]) -> Iterator[dict[str, Container]
                 container.process.kill()
             container.process.wait()
             container.group.remove()
+        pods.remove()
         with api.lock:
             api.pods = {key: pod for key, pod in api.pods.items() if key[0] != JOBS}
         assert our_cgroups() == []

@@ -138,7 +138,7 @@ def policy_text(setup: AgentSetup) -> str:
         "# gameday agent policy, written by `gameday agent init` (docs/host.md, 'The policy').",
         "# Default-deny: the agent refuses every kind, path, process and interface not listed",
         "# here, whatever an orchestrator asks. Check an edit with:",
-        f"#   gameday agent policy --check {setup.directory / 'policy.yml'}",
+        "#   " + shlex.join(["gameday", *check_command(setup)[1:]]),
         "# The agent re-reads nothing at run time: restart it after an edit.",
         "",
         "# fault kinds this agent may apply (`gameday faults` lists them all)",
@@ -182,6 +182,18 @@ def serve_command(setup: AgentSetup) -> list[str]:
         tls = directory / "tls"
         command += ["--tls-cert", str(tls / "agent.crt"), "--tls-key", str(tls / "agent.key"),
                     "--tls-client-ca", str(tls / "ca.crt")]
+    return command
+
+
+def check_command(setup: AgentSetup) -> list[str]:
+    """``gameday agent policy --check`` of this setup's policy, given the files the agent
+    serves with, so it refuses what ``agent serve`` would refuse at start."""
+    serve = serve_command(setup)
+    flags = dict(zip(serve[3::2], serve[4::2], strict=False))
+    command = [serve[0], "agent", "policy", "--check", flags["--policy"]]
+    for flag in ("--state-dir", "--token-file", "--tls-cert", "--tls-key", "--tls-client-ca"):
+        if flag in flags:
+            command += [flag, flags[flag]]
     return command
 
 
@@ -336,22 +348,30 @@ def write_setup(setup: AgentSetup) -> dict[str, Any]:
         written["systemd_unit"] = str(directory / _UNIT)
     return {"directory": str(directory.absolute()), "files": written,
             "kinds": list(setup.allowed_kinds()), "serve": serve_command(setup),
+            "check": check_command(setup),
             "orchestrator": orchestrator_settings(setup), "exit_code": 0}
 
 
 def _check_policy_text(setup: AgentSetup, text: str) -> None:
-    """The policy as the agent will load it, each allowed path checked against the
-    agent's own files (the setup directory holds its token, state and keys)."""
+    """The policy as the agent will load it, checked as ``agent serve`` checks it at start
+    (no allowed path may reach a lifeline of the agent: its state, token, keys, policy,
+    interpreter and code), and each allowed path as a fault's would be."""
     import tempfile
 
     from gameday.agent.policy import load_policy
+    from gameday.agent.serve import lifelines, serve_parser
     from gameday.errors import PolicyRefused
 
     with tempfile.TemporaryDirectory() as scratch:
         draft = Path(scratch) / "policy.yml"
         draft.write_text(text, encoding="utf-8")
         policy = load_policy(draft)
-    guarded = policy.protecting([setup.directory.absolute()])
+    served = serve_parser().parse_args(serve_command(setup)[3:])
+    guarded = policy.protecting([setup.directory.absolute(), *lifelines(served)])
+    reached = guarded.lifelines_allowed()
+    if reached:
+        raise InvalidInput(f"--allow-path would let a fault reach what the agent itself needs "
+                           f"at run time, which it never faults: {'; '.join(reached)}")
     for path in setup.paths:
         try:
             guarded.check_path(path, "--allow-path")
@@ -431,8 +451,8 @@ def render(document: dict[str, Any]) -> str:
               "", "then, where you run experiments (gameday run EXP --target host):"]
     lines += [f"  export {key}={value if value.startswith('$(') else shlex.quote(value)}"
               for key, value in document["orchestrator"].items()]
-    lines += ["", f"check the policy after an edit: gameday agent policy --check "
-                  f"{files['policy']}"]
+    lines += ["", "check the policy after an edit (with the files the agent serves with):",
+              "  " + shlex.join(document["check"])]
     return "\n".join(lines)
 
 

@@ -115,6 +115,9 @@ def test_what_is_written_has_safe_modes_and_a_policy_the_agent_loads(
     assert policy.process_cmdline == ("mlserver start",)
     assert policy.interfaces == {"veth-gd"}
     assert gameday_main(["agent", "policy", "--check", str(directory / "policy.yml")]) == 0
+    check = document["check"]
+    assert isinstance(check, list) and "--state-dir" in check and "--tls-client-ca" in check
+    assert gameday_main(check[1:]) == 0  # as printed: with the files the agent serves with
     unit = (directory / "gameday-agent.service").read_text()
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     argv = shlex.split(exec_start.removeprefix("ExecStart="))

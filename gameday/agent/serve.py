@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from gameday.agent.reconcile import NodeMarkReconciler
 
 __all__ = ["BACKENDS", "TOKEN_ENV", "check_policy", "lifelines", "load_backend", "main",
-           "parse_listen", "serve_parser"]
+           "parse_listen", "policy_parser", "serve_parser"]
 
 #: Backend names accepted by ``--backend``, each a ``module:callable`` spec (imported
 #: only when chosen). Add yours here or pass the spec itself.
@@ -205,9 +205,8 @@ def serve_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_policy(argv: Sequence[str]) -> int:
-    """``gameday agent policy --check FILE``: 0 and a summary when the policy is valid,
-    2 and one line naming what is wrong otherwise."""
+def policy_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``gameday agent policy``."""
     parser = argparse.ArgumentParser(
         prog="gameday agent policy", description="Check an agent policy file.",
         epilog="example:\n  gameday agent policy --check gameday/lab/agent-policy.yml",
@@ -220,6 +219,13 @@ def check_policy(argv: Sequence[str]) -> int:
         parser.add_argument(flag, default=default, metavar="F",
                             help="as gameday agent serve takes it: the policy must not let "
                                  "a fault reach it")
+    return parser
+
+
+def check_policy(argv: Sequence[str]) -> int:
+    """``gameday agent policy --check FILE``: 0 and a summary when the policy is valid,
+    2 and one line naming what is wrong otherwise."""
+    parser = policy_parser()
     args = parser.parse_args(argv)
     args.policy = args.check
     try:

@@ -101,7 +101,7 @@ def _gameday_argv(segment: list[str]) -> list[str] | None:
 
 def _parse(argv: list[str]) -> None:
     """Parse ``argv`` as ``gameday`` would, without running it."""
-    from gameday.agent.serve import serve_parser
+    from gameday.agent.serve import policy_parser, serve_parser
     from gameday.cli.agentinit import init_parser
     from gameday.cli.main import _parser
 
@@ -110,7 +110,7 @@ def _parse(argv: list[str]) -> None:
     elif argv[:2] == ["agent", "init"]:
         init_parser().parse_args(argv[2:])
     elif argv[:2] == ["agent", "policy"]:
-        assert argv[2:3] == ["--check"] and len(argv) == 4, "agent policy --check FILE"
+        policy_parser().parse_args(argv[2:])
     else:
         _parser().parse_args(argv)
 

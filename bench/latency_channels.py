@@ -159,7 +159,7 @@ def gpu_params(kind: str) -> dict[str, Any]:
     """A trial's parameters of ``kind``: the catalogue's defaults (those that are not
     None), and ``GPU_CHOSEN``."""
     try:
-        checked = CATALOGUE[kind].validate(GPU_CHOSEN.get(kind, {}))
+        checked = CATALOGUE[kind].parse(GPU_CHOSEN.get(kind, {})).to_json()
     except GamedayError as exc:
         raise BenchError(f"{kind}: {exc} (give it in GPU_CHOSEN)") from None
     return {name: value for name, value in checked.items() if value is not None}

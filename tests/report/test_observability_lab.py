@@ -78,7 +78,9 @@ def played(servers: dict[str, Daemon], lab_dir: Path,
     done = gameday(["play", str(playbook), "--journal-dir", str(directory / "journals"),
                     "--metrics-file", str(metrics_file), "--pushgateway",
                     servers["gateway"].url], env, timeout=600)
-    return {"done": done, "metrics_file": metrics_file, "dir": directory}
+    scored = gameday(["score", str(directory / "journals"), "--pushgateway",
+                      servers["gateway"].url], env, timeout=120)
+    return {"done": done, "scored": scored, "metrics_file": metrics_file, "dir": directory}
 
 
 def test_self_healing_works_under_the_silence(played: dict[str, Any],
@@ -103,6 +105,8 @@ def test_the_metrics_file_holds_every_experiment(played: dict[str, Any]) -> None
 
 def test_every_dashboard_panel_has_data_in_prometheus(played: dict[str, Any],
                                                       servers: dict[str, Daemon]) -> None:
+    scored = played["scored"]
+    assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-2000:]
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["uid"] and dashboard["schemaVersion"] >= 30
     ids = [panel["id"] for panel in dashboard["panels"]]

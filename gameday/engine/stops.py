@@ -23,20 +23,11 @@ _pending: str | None = None
 _lock = threading.Lock()
 
 
-class RunStopped(signals.Interrupted):
+class RunStopped(signals.Stopped):
     """The run was stopped from outside (the lever, a stop condition) and rolled back."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(STOP_SIGNAL)
-        self.reason = reason
-        self.args = (reason,)
-
-    def __str__(self) -> str:
-        return self.reason
-
-    @property
-    def exit_code(self) -> int:
-        return 1
+        super().__init__(STOP_SIGNAL, reason)
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

@@ -44,20 +44,11 @@ BREACH_SIGNAL = signal.SIGUSR1
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class SafeguardBreached(signals.Interrupted):
+class SafeguardBreached(signals.Stopped):
     """A safeguard left its bounds; the run is interrupted and rolled back (exit 1)."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(BREACH_SIGNAL)
-        self.reason = reason
-        self.args = (reason,)
-
-    def __str__(self) -> str:
-        return self.reason
-
-    @property
-    def exit_code(self) -> int:
-        return 1
+        super().__init__(BREACH_SIGNAL, reason)
 
 
 class Unmeasurable(GamedayError):

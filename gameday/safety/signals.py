@@ -29,6 +29,24 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+class Stopped(Interrupted):
+    """The run was stopped for ``reason`` by gameday itself (a safeguard, the lever, a
+    stop condition), delivered as ``signum`` to the main thread; it rolls back like an
+    interruption and fails the run (exit 1), naming the reason."""
+
+    def __init__(self, signum: int, reason: str) -> None:
+        super().__init__(signum)
+        self.reason = reason
+        self.args = (reason,)
+
+    def __str__(self) -> str:
+        return self.reason
+
+    @property
+    def exit_code(self) -> int:
+        return 1
+
+
 class SignalState:
     """Which signal (if any) interrupted the run, and whether raising is deferred."""
 

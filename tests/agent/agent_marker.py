@@ -148,3 +148,31 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=10)
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+#: A token the agent takes as strong (66 hex digits), for agents started from a token file.
+STRONG_TOKEN = "42" + "0123456789abcdef" * 4
+
+
+def marker_dirs(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+    """A marker agent's places under ``tmp_path``: its marker, state and stderr paths and
+    a token file (mode 0600) holding :data:`STRONG_TOKEN`."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    token_file = tmp_path / "token"
+    token_file.write_text(STRONG_TOKEN + "\n")
+    token_file.chmod(0o600)
+    return {"markers": markers, "state": tmp_path / "state", "token": token_file,
+            "stderr": tmp_path / "agent.stderr"}
+
+
+def marker_agent_args(dirs: dict[str, pathlib.Path], node: str) -> list[str]:
+    """``agent serve`` arguments of a marker agent on ``dirs`` (:func:`marker_dirs`)."""
+    return ["--backend", "tests.agent.agent_marker:factory", "--listen", "127.0.0.1:0",
+            "--token-file", str(dirs["token"]), "--state-dir", str(dirs["state"]),
+            "--node", node]
+
+
+def marker_names(dirs: dict[str, pathlib.Path]) -> set[str]:
+    """The fault ids whose markers exist (the faults the agent holds)."""
+    return {p.name for p in dirs["markers"].iterdir()}

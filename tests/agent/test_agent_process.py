@@ -13,30 +13,32 @@ import pytest
 from gameday.agent.serve import load_backend, parse_listen
 from gameday.errors import InvalidInput
 from gameday.wire.agent_client import AgentClient
-from tests.agent.agent_marker import KIND, REPO, agent_env, kill, read_url, run_agent
+from tests.agent.agent_marker import (
+    KIND,
+    REPO,
+    STRONG_TOKEN,
+    agent_env,
+    kill,
+    marker_agent_args,
+    marker_dirs,
+    marker_names,
+    read_url,
+    run_agent,
+)
 
-TOKEN = "42" + "0123456789abcdef" * 4  # strong: 66 hex digits
+TOKEN = STRONG_TOKEN
 
 
 @pytest.fixture
 def dirs(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
-    return {"markers": markers, "state": tmp_path / "state", "token": token_file,
-            "stderr": tmp_path / "agent.stderr"}
+    return marker_dirs(tmp_path)
 
 
 def agent_args(dirs: dict[str, pathlib.Path]) -> list[str]:
-    return ["--backend", "tests.agent.agent_marker:factory", "--listen", "127.0.0.1:0",
-            "--token-file", str(dirs["token"]), "--state-dir", str(dirs["state"]),
-            "--node", "proc-node"]
+    return marker_agent_args(dirs, "proc-node")
 
 
-def markers(dirs: dict[str, pathlib.Path]) -> set[str]:
-    return {p.name for p in dirs["markers"].iterdir()}
+markers = marker_names
 
 
 def test_kill_9_then_restart_reverts_the_leftover(dirs: dict[str, pathlib.Path]) -> None:

@@ -12,30 +12,31 @@ import pytest
 
 from gameday.errors import AgentError
 from gameday.wire.agent_client import AgentClient, AgentHalted
-from tests.agent.agent_marker import KIND, agent_env, kill, read_url, run_agent
+from tests.agent.agent_marker import (
+    KIND,
+    STRONG_TOKEN,
+    agent_env,
+    kill,
+    marker_agent_args,
+    marker_dirs,
+    marker_names,
+    read_url,
+    run_agent,
+)
 
-TOKEN = "42" + "0123456789abcdef" * 4
+TOKEN = STRONG_TOKEN
 
 
 @pytest.fixture
 def dirs(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
-    return {"markers": markers, "state": tmp_path / "state", "token": token_file,
-            "stderr": tmp_path / "agent.stderr"}
+    return marker_dirs(tmp_path)
 
 
 def _args(dirs: dict[str, pathlib.Path]) -> list[str]:
-    return ["--backend", "tests.agent.agent_marker:factory", "--listen", "127.0.0.1:0",
-            "--token-file", str(dirs["token"]), "--state-dir", str(dirs["state"]),
-            "--node", "lever-node"]
+    return marker_agent_args(dirs, "lever-node")
 
 
-def _markers(dirs: dict[str, pathlib.Path]) -> set[str]:
-    return {p.name for p in dirs["markers"].iterdir()}
+_markers = marker_names
 
 
 def test_lever_reverts_refuses_and_survives_sigkill(dirs: dict[str, pathlib.Path]) -> None:

@@ -31,8 +31,8 @@ from typing import Any, Final, Literal
 
 import structlog
 
-from gameday.agent.conflicts import TargetIndex, first_holder
-from gameday.agent.fault import Fault, new_fault_ids, new_faults, plain_details
+from gameday.agent.conflicts import TargetIndex
+from gameday.agent.fault import Fault, new_faults, plain_details
 from gameday.agent.metrics import AgentMetrics
 from gameday.agent.state import StateFile
 from gameday.agent.statewriter import StateWriter
@@ -255,71 +255,21 @@ class FaultRegistry:
     # -- changes ---------------------------------------------------------------------
 
     def apply(self, request: FaultRequest, lease_s: float) -> Fault:
-        """Apply ``request`` through the backend under a lease of ``lease_s`` seconds.
+        """Apply ``request`` through the backend under a lease of ``lease_s`` seconds: a
+        batch of one (:meth:`apply_many`), its error raised as the item's own.
 
         A request whose ``request_id`` the agent already knows is not applied again: the
         fault it made is returned as it is now (once its apply has settled).
 
         Raises :class:`InvalidInput` (unknown kind, lease outside 1..3600),
         :class:`FaultConflict` (same kind active on an equal target),
-        :class:`FaultRejected` (the backend refused), :class:`RequestResolved`,
-        :class:`AgentClosing`.
+        :class:`FaultRejected` (the backend refused), :class:`LimitReached`,
+        :class:`PolicyRefused`, :class:`RequestResolved`, :class:`AgentClosing`.
         """
-        lease_s = check_lease(lease_s)
-        kinds = self.kinds()
-        self._admit(request, lease_s, kinds)
-        target = dict(request.target)
-        with self._cond:
-            known = self._known_requests([request.request_id])
-            if known is not None:
-                return known[0]
-            if self._closed:
-                raise AgentClosing(f"agent on node {self.node} is shutting down")
-            self.refuse()
-            self._check_room(1)
-            other = first_holder((e.fault for e in self._live.values()), request.kind, target)
-            if other is not None:
-                raise FaultConflict(
-                    f"{request.kind} is already active on target {_compact(target)} "
-                    f"as {other.id}; revert it first", existing=other)
-            now = self._clock.now()
-            fault = Fault(id=new_fault_ids(1)[0], kind=request.kind, target=target,
-                          params=dict(request.params), lease_s=lease_s,
-                          injected_at=kinds[request.kind], applied_at=now,
-                          expires_at=now + lease_s)
-            entry = _Entry(fault=fault, state="applying")
-            self._live[fault.id] = entry
-            self._remember_requests([(request.request_id, fault.id)])
-            try:
-                self._save(strict=True)
-            except BaseException:
-                del self._live[fault.id]
-                self._forget_requests([request.request_id])
-                raise
         try:
-            details = self.backend.apply(fault.id, fault.request)
-        except BaseException as exc:
-            self._abandon(entry, exc)
-            with self._cond:
-                if fault.id not in self._live:  # nothing of it held
-                    self._forget_requests([request.request_id])
-            raise
-        with self._cond:
-            now = self._clock.now()
-            entry.fault = fault.as_applied(now, plain_details(details))
-            entry.state = "active"
-            self._save(strict=False)
-            self._cond.notify_all()
-            closing = self._closed
-        fault = entry.fault
-        self.metrics.applied(fault.kind)
-        self.metrics.held(fault.id, fault.kind, fault.target, fault.injected_at, request.run,
-                          node=self.node)
-        self._log.info("fault.applied", fault_id=fault.id, kind=fault.kind,
-                       target=fault.target, lease_s=fault.lease_s,
-                       injected_at=fault.injected_at, expires_at=fault.expires_at)
-        if closing:
-            self.revert(fault.id, "agent-shutdown")
+            [fault] = self.apply_many([(request, lease_s)])
+        except BatchRejected as exc:
+            raise exc.cause from None
         return fault
 
     def apply_many(self, items: list[tuple[FaultRequest, float]]) -> list[Fault]:
@@ -838,34 +788,6 @@ class FaultRegistry:
         not_reverted = [e.fault.id for e, r in zip(to_revert, results, strict=True)
                         if isinstance(r, RevertFailed)]
         return BatchRejected(failed, exc, rolled_back=reverted, revert_failed=not_reverted)
-
-    def _abandon(self, entry: _Entry, exc: BaseException) -> None:
-        """The backend's apply raised: forget the entry (after a defensive revert when the
-        failure was not a clean rejection, since something may be half-applied)."""
-        fault = entry.fault
-        if isinstance(exc, FaultRejected):
-            self._log.info("fault.rejected", kind=fault.kind, target=fault.target,
-                           error=first_line(exc))
-        else:
-            self._log.error("fault.apply_failed", fault_id=fault.id, kind=fault.kind,
-                            target=fault.target, error=first_line(exc))
-            try:
-                self.backend.revert(fault.id, fault.request)
-            except Exception as revert_exc:
-                # Keep it in the state file: the next start reverts it again.
-                self._log.error("fault.revert_failed", fault_id=fault.id, kind=fault.kind,
-                                reason="apply-failed", error=first_line(revert_exc))
-                with self._cond:
-                    entry.state = "active"
-                    entry.retry_reason = "requested"
-                    entry.retry_at = self._clock.now() + REVERT_RETRY_S
-                    self._save(strict=False)
-                    self._cond.notify_all()
-                return
-        with self._cond:
-            del self._live[fault.id]
-            self._save(strict=False)
-            self._cond.notify_all()
 
     def _known_requests(self, request_ids: list[str]) -> list[Fault] | None:
         """Under the lock: the faults of ``request_ids`` if the agent already applied them

@@ -1,0 +1,120 @@
+"""An independent ground truth for RTO measurements against real servers: a prober of
+the tests' own (not gameday's recorder, not its HTTP client) that sends a request every
+5 ms on a fresh connection, up to 256 at once (so a server that holds requests does not
+slow its cadence), and keeps each request's send time, arrival time and whether its
+answer was correct (200, the expected text in the body, within ``correct_within_s``).
+
+:meth:`DenseProber.truth` is when correct answers arrived again for good: the earliest
+arrival of a correct answer after the send of the last incorrect one (every request
+sent after it was answered correctly). That is the server's own recovery instant to
+within a request's healthy latency, whatever the outage: refused connections, held
+requests (the first request the server answers on release arrives at the release;
+those held longer than ``correct_within_s`` count as incorrect), or added latency.
+"""
+
+import http.client
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+PROBE_INTERVAL_S = 0.005
+
+
+@dataclass(frozen=True)
+class Sample:
+    sent: float
+    done: float
+    correct: bool
+
+
+class DenseProber:
+    """Probes ``url`` (GET, or POST ``body``) every 5 ms until closed."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        correct_within_s: float,
+        expect: str = "",
+        body: bytes | None = None,
+        give_up_s: float = 1.0,
+    ) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.path = parts.path or "/"
+        self.body, self.expect = body, expect
+        self.correct_within_s, self.give_up_s = correct_within_s, give_up_s
+        self.samples: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="truth")
+        self._busy = threading.BoundedSemaphore(256)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _probe(self, sent: float) -> None:
+        correct = False
+        try:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.give_up_s)
+            try:
+                headers: dict[str, Any] = {"Connection": "close"}
+                if self.body is not None:
+                    headers["Content-Type"] = "application/json"
+                conn.request(
+                    "POST" if self.body is not None else "GET",
+                    self.path,
+                    body=self.body,
+                    headers=headers,
+                )
+                answer = conn.getresponse()
+                text = answer.read().decode(errors="replace")
+                correct = answer.status == 200 and self.expect in text
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException):
+            correct = False
+        done = time.time()
+        correct = correct and done - sent <= self.correct_within_s
+        with self._lock:
+            self.samples.append(Sample(sent, done, correct))
+        self._busy.release()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        tick = 0
+        while not self._stop.is_set():
+            if self._busy.acquire(blocking=False):
+                self._pool.submit(self._probe, time.time())
+            tick += 1
+            self._stop.wait(max(0.0, started + tick * PROBE_INTERVAL_S - time.monotonic()))
+
+    def truth(self, onset: float) -> float:
+        """The earliest arrival of a correct answer after the last incorrect request
+        sent since ``onset`` (AssertionError if none failed or none came back)."""
+        with self._lock:
+            samples = [s for s in self.samples if s.sent >= onset]
+        bad = [s.sent for s in samples if not s.correct]
+        assert bad, "the prober never saw the server fail"
+        last_bad = max(bad)
+        good = [s.done for s in samples if s.correct and s.done > last_bad]
+        assert good, "the prober never saw the server come back"
+        return min(good)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def errors(result: dict[str, Any], truth: float) -> dict[str, float]:
+    """gameday's interval against the truth: ``high`` = U - truth, ``low`` = truth - L
+    (both >= 0 when the interval holds it), and the estimate's error."""
+    low, high = result["recovered_between"]
+    return {
+        "high": round(high - truth, 4),
+        "low": round(truth - low, 4),
+        "estimate": round(result["recovered_at"] - truth, 4),
+    }

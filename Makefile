@@ -78,10 +78,7 @@ $(KSTAMP):
 	touch $(KSTAMP)
 
 demo: demo-debs $(LAB_STAMP) bytecode
-	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab
-	@journal=$$(ls -t journals/*-gpu-ecc-dbe-reshard-*.json | head -1); \
-	  $(VENV)/bin/gameday report "$$journal" --format html -o "$${journal%.json}.html" && \
-	  echo "report: $(CURDIR)/$${journal%.json}.html"
+	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab --html
 
 test: setup
 	$(PY) -m pytest -q

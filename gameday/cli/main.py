@@ -11,9 +11,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from gameday.engine.runner import RunOutcome
     from gameday.kinds import KindParams, KindSpec
 
 from gameday import __version__, paths
@@ -34,7 +35,6 @@ ORCHESTRATOR_MODULES = frozenset({"chaoslib", "chaostoolkit", "requests", "urlli
 #: The commands that only read (``audit verify`` too): they create no file anywhere
 #: but what they are told to write (``report -o``, ``coverage -o``).
 READ_ONLY_COMMANDS = frozenset({"validate", "faults", "coverage", "score", "report", "plan"})
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = CommandParser(
@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                           "SLOs); start nothing, inject nothing, take no lock")
     run.add_argument("--sign-key", type=Path, metavar="KEY",
                      help="sign the journal with this Ed25519 key (gameday audit keygen)")
+    run.add_argument("--html", nargs="?", type=Path, const=True, metavar="PATH",
+                     help="also write the run's HTML report (default: beside the journal, "
+                          ".html), as gameday report would")
     add_result_arguments(run)
 
     from gameday.cli.init import add_command as add_init_command
@@ -197,6 +200,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if as_json and not dry_run:
         options.out = sys.stderr  # progress for people; the document alone on stdout
     results = publisher(args) if not dry_run else None
+    html = getattr(args, "html", None)
+    if not dry_run:
+        options.show = lambda outcome: _show_run(outcome, html, options.out, as_json)
     outcome = run(options)
     if outcome.plan is not None:
         if as_json:
@@ -205,14 +211,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if as_json:
         emit({"exit_code": outcome.exit_code,
               "journal": str(outcome.journal_path) if outcome.journal_path else None,
+              "report": str(_html_path(outcome, html)) if html and outcome.journal_path
+              else None,
               "verdict": outcome.verdict.to_json() if outcome.verdict else None}, sys.stdout)
-    else:
-        from gameday.report.terminal import print_run
-
-        print_run(outcome.journal, outcome.journal_path, options.out)
     if results is not None and outcome.journal_path is not None:
         results.publish_journal(outcome.journal_path)
     return outcome.exit_code
+
+
+def _html_path(outcome: "RunOutcome", html: Path | bool | None) -> Path | None:
+    """Where ``run --html`` writes the run's report: the path given, else (``--html``
+    alone: ``True``) beside the journal, ``.html``."""
+    if not html or outcome.journal_path is None:
+        return None
+    return outcome.journal_path.with_suffix(".html") if html is True else Path(html)
+
+
+def _show_run(outcome: "RunOutcome", html: Path | bool | None, out: TextIO, as_json: bool) -> None:
+    """A run's end, shown while the lab it started still runs: the HTML report written
+    if ``--html`` asked for it, then (for people) the verdict table, the journal and the
+    report."""
+    report_path = _html_path(outcome, html)
+    if report_path is not None and outcome.journal_path is not None:
+        from gameday.atomic import replace_file, shareable_mode
+        from gameday.report.document import report
+
+        replace_file(report_path, report(outcome.journal_path, "html").encode(),
+                     mode=shareable_mode(), durable=True)
+    if not as_json:
+        from gameday.report.terminal import print_run
+
+        print_run(outcome.journal, outcome.journal_path, out, report_path)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

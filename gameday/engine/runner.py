@@ -17,6 +17,7 @@ import datetime
 import platform
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -69,6 +70,9 @@ class RunOptions:
     sign_key: Path | None = None
     render_plan: bool = True  # a dry run prints its plan (not for --output json)
     stop_on: StopOnSpec | None = None  # a playbook's stop conditions, with the experiment's
+    # what to show of the outcome once the run ends, before the lab it started (if any)
+    # stops: the verdict comes before "stopping the lab"
+    show: "Callable[[RunOutcome], None] | None" = None
 
 
 @dataclass
@@ -238,7 +242,10 @@ def run(options: RunOptions) -> RunOutcome:
                 session.locks.acquire(target_key(gpu.node, {"gpu": gpu.index}))
         _print_plan(kind, planned, session, options.out)
         session.hold_silence()  # refused here, before anything is injected, if it cannot
-        return _execute(loaded, target, session, kind, options, sign_key)
+        outcome = _execute(loaded, target, session, kind, options, sign_key)
+        if options.show is not None:
+            options.show(outcome)
+        return outcome
     except signals.Interrupted as interrupted:
         print(f"gameday: {interrupted}; nothing left injected", file=sys.stderr)
         return RunOutcome(interrupted.exit_code)

@@ -122,15 +122,19 @@ def print_verdict(journal: dict[str, Any], out: TextIO) -> None:
     console.print(table)
 
 
-def print_run(journal: dict[str, Any] | None, journal_path: Path | None, out: TextIO) -> None:
+def print_run(journal: dict[str, Any] | None, journal_path: Path | None, out: TextIO,
+              report_path: Path | None = None) -> None:
     """What ``gameday run`` shows when a run ends: its verdict table, its journal's path
-    and the ``gameday report`` command that renders it (nothing for a run that wrote no
-    journal: a dry run, an interrupted plan)."""
+    and its HTML report's (``report_path``, written by ``run --html``), else the
+    ``gameday report`` command that renders it (nothing for a run that wrote no journal:
+    a dry run, an interrupted plan)."""
     if journal is None:
         return
     print_verdict(journal, out)
     print(f"journal: {journal_path}", file=out)
-    if journal_path is not None:
+    if report_path is not None:
+        print(f"report:  {report_path.absolute()}", file=out)
+    elif journal_path is not None:
         print(f"report:  gameday report {shlex.quote(str(journal_path))}", file=out)
 
 

@@ -105,6 +105,53 @@ def test_run_names_the_report_command_for_its_journal(tmp_path: Path) -> None:
     assert journal.with_suffix(".html").read_text().lower().startswith("<!doctype html>")
 
 
+def test_run_html_writes_the_report_and_names_it_once(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    path = write_experiment(tmp_path / "one.yaml", {
+        "title": "one", "description": "d", "method": [python_activity("action", "ok", "ok")]})
+    for given, written in ((None, tmp_path / "one.html"),
+                           (tmp_path / "elsewhere.html", tmp_path / "elsewhere.html")):
+        journal = tmp_path / f"one-{written.stem}.json"
+        argv = ["run", str(path), "--journal-path", str(journal), "--html"]
+        result = gameday(argv + ([str(given)] if given else []), env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        written = written if given else journal.with_suffix(".html")
+        assert re.findall(r"^report:.*$", result.stdout, re.MULTILINE) == [
+            f"report:  {written}"]
+        assert written.read_text().lower().startswith("<!doctype html>")
+
+
+def test_the_verdict_is_shown_before_the_lab_the_run_started_stops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab is a stand-in here (a lease that records when it starts and stops): the
+    order of what the user reads is what is tested."""
+    from gameday.engine import runner
+    from gameday.targets import lab
+
+    events: list[str] = []
+
+    class RecordingLease:
+        def __init__(self, lab_dir: Path, say: object) -> None:
+            pass
+
+        def ensure(self) -> None:
+            events.append("lab started")
+
+        def release(self) -> None:
+            events.append("lab stopped")
+
+    monkeypatch.setenv("GAMEDAY_HOME", str(tmp_path))
+    monkeypatch.setattr(lab, "LabLease", RecordingLease)
+    monkeypatch.setattr(runner, "open_target", lambda *args, **kwargs: None)
+    path = write_experiment(tmp_path / "one.yaml", {
+        "title": "one", "description": "d", "method": [python_activity("action", "ok", "ok")]})
+    options = runner.RunOptions(path=path, target="lab", journal_path=tmp_path / "one.json",
+                                out=io.StringIO(),
+                                show=lambda outcome: events.append(f"shown {outcome.exit_code}"))
+    assert runner.run(options).exit_code == 0
+    assert events == ["lab started", "shown 0", "lab stopped"]
+
+
 @pytest.fixture
 def restored_logging() -> object:
     root = logging.getLogger()

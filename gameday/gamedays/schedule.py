@@ -124,61 +124,49 @@ def _in_image(path: Path) -> str:
 
 
 def cronjob(playbook: Playbook, options: CronJobOptions | None = None) -> dict[str, Any]:
-    """The CronJob manifest, built with and checked against the client's models;
-    InvalidInput for a game day on the lab (:func:`refuse_lab`)."""
-    from kubernetes import client
-
+    """The CronJob manifest (``batch/v1``), as the API server reads it; InvalidInput for
+    a game day on the lab (:func:`refuse_lab`). Built as plain data: the client's models
+    cost seconds to import, so the tests hold it to them (:func:`validate_cronjob`)."""
     options = options or CronJobOptions()
     cron, timezone = _require_schedule(playbook)
     refuse_lab(playbook)
-    name = _name(playbook)
     labels = {"app.kubernetes.io/name": "gameday", "app.kubernetes.io/component": "gameday",
               "gameday/playbook": playbook.slug}
-    playbook_path = _in_image(playbook.path)
-    tls_env = [client.V1EnvVar(name=name, value=f"{_TLS_DIR}/{file}") for name, file in (
+    tls_env = [{"name": name, "value": f"{_TLS_DIR}/{file}"} for name, file in (
         ("GAMEDAY_AGENT_CA", "ca.crt"), ("GAMEDAY_AGENT_CLIENT_CERT", "tls.crt"),
         ("GAMEDAY_AGENT_CLIENT_KEY", "tls.key"))]
-    container = client.V1Container(
-        name="gameday", image=options.image, image_pull_policy="IfNotPresent",
-        working_dir=options.workdir,
-        command=["gameday", "play", playbook_path, "--journal-dir",
-                 f"/journals/{playbook.slug}"],
-        env=[client.V1EnvVar(name="GAMEDAY_HOME", value="/journals/.gameday"), *tls_env],
-        volume_mounts=[client.V1VolumeMount(name="journals", mount_path="/journals"),
-                       client.V1VolumeMount(name="tls", mount_path=_TLS_DIR, read_only=True)],
-        resources=client.V1ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"},
-                                                limits={"memory": "1Gi"}),
-        security_context=client.V1SecurityContext(
-            run_as_non_root=True, run_as_user=_NONROOT, allow_privilege_escalation=False,
-            capabilities=client.V1Capabilities(drop=["ALL"])))
-    pod = client.V1PodTemplateSpec(
-        metadata=client.V1ObjectMeta(labels={**labels, ORCHESTRATOR_LABEL[0]:
-                                             ORCHESTRATOR_LABEL[1]}),
-        spec=client.V1PodSpec(
-            service_account_name=options.service_account, restart_policy="Never",
-            containers=[container],
-            security_context=client.V1PodSecurityContext(fs_group=_NONROOT),
-            volumes=[client.V1Volume(name="journals", persistent_volume_claim=(
-                client.V1PersistentVolumeClaimVolumeSource(claim_name=options.journals_claim))),
-                     client.V1Volume(name="tls", secret=client.V1SecretVolumeSource(
-                         secret_name=options.tls_secret, default_mode=0o440))]))
-    job = client.V1CronJob(
-        api_version="batch/v1", kind="CronJob",
-        metadata=client.V1ObjectMeta(
-            name=name, namespace=options.namespace, labels=labels,
-            annotations={"gameday/playbook-title": playbook.title}),
-        spec=client.V1CronJobSpec(
-            schedule=cron, time_zone=timezone, concurrency_policy="Forbid",
-            starting_deadline_seconds=3600,
-            successful_jobs_history_limit=options.history,
-            failed_jobs_history_limit=options.history,
-            job_template=client.V1JobTemplateSpec(
-                metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1JobSpec(backoff_limit=0, template=pod))))
-    api: Any = client.ApiClient()
-    manifest: dict[str, Any] = api.sanitize_for_serialization(job)
-    validate_cronjob(manifest)
-    return manifest
+    container = {
+        "command": ["gameday", "play", _in_image(playbook.path), "--journal-dir",
+                    f"/journals/{playbook.slug}"],
+        "env": [{"name": "GAMEDAY_HOME", "value": "/journals/.gameday"}, *tls_env],
+        "image": options.image, "imagePullPolicy": "IfNotPresent", "name": "gameday",
+        "resources": {"limits": {"memory": "1Gi"},
+                      "requests": {"cpu": "100m", "memory": "256Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "runAsUser": _NONROOT},
+        "volumeMounts": [{"mountPath": "/journals", "name": "journals"},
+                         {"mountPath": _TLS_DIR, "name": "tls", "readOnly": True}],
+        "workingDir": options.workdir}
+    pod = {
+        "metadata": {"labels": {**labels, ORCHESTRATOR_LABEL[0]: ORCHESTRATOR_LABEL[1]}},
+        "spec": {"containers": [container], "restartPolicy": "Never",
+                 "securityContext": {"fsGroup": _NONROOT},
+                 "serviceAccountName": options.service_account,
+                 "volumes": [{"name": "journals", "persistentVolumeClaim": {
+                                 "claimName": options.journals_claim}},
+                             {"name": "tls", "secret": {"defaultMode": 0o440,
+                                                        "secretName": options.tls_secret}}]}}
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"annotations": {"gameday/playbook-title": playbook.title},
+                     "labels": labels, "name": _name(playbook),
+                     "namespace": options.namespace},
+        "spec": {"concurrencyPolicy": "Forbid", "failedJobsHistoryLimit": options.history,
+                 "jobTemplate": {"metadata": {"labels": dict(labels)},
+                                 "spec": {"backoffLimit": 0, "template": pod}},
+                 "schedule": cron, "startingDeadlineSeconds": 3600,
+                 "successfulJobsHistoryLimit": options.history, "timeZone": timezone}}
 
 
 class _Response:

@@ -5,6 +5,7 @@ No Kubernetes cluster exists here: the CronJob is validated by deserializing it 
 real client's ``V1CronJob`` model (a stand-in for the API server's schema check).
 """
 
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +15,13 @@ import yaml
 from gameday.errors import InvalidInput
 from gameday.gamedays.faultmix import load_mix
 from gameday.gamedays.playbook import load_playbook, load_requirements
-from gameday.gamedays.schedule import cronjob, crontab_line, validate_cronjob
+from gameday.gamedays.schedule import (
+    CronJobOptions,
+    cronjob,
+    cronjob_yaml,
+    crontab_line,
+    validate_cronjob,
+)
 from tests.conftest import BIN, REPO, cli_env, gameday
 
 PLAYBOOKS = REPO / "playbooks"
@@ -129,6 +136,26 @@ def test_cronjob_manifest_fits_the_client_models() -> None:
     broken = dict(manifest, spec={**manifest["spec"], "schedule": None})
     with pytest.raises(InvalidInput, match="does not fit the Kubernetes API"):
         validate_cronjob(broken)
+
+
+def test_the_cronjob_is_exactly_what_the_client_models_make_of_it() -> None:
+    """Built as plain data (the models cost seconds to import): every key must be one the
+    models know, spelled as the API spells it, so the models' round trip changes nothing,
+    for any options (random ones here)."""
+    from kubernetes import client
+
+    rng = random.Random(7)
+    playbook = load_playbook(PLAYBOOKS / "weekly-cluster.yaml")
+    for _ in range(20):
+        word = "".join(rng.choice("abcdefghij-") for _ in range(rng.randint(1, 12)))
+        options = CronJobOptions(namespace=f"ns{word}", image=f"registry/{word}:1",
+                                 service_account=f"sa{word}", journals_claim=f"pvc{word}",
+                                 workdir=f"/w/{word}", history=rng.randint(0, 50),
+                                 tls_secret=f"tls{word}")
+        manifest = cronjob(playbook, options)
+        model = validate_cronjob(manifest)
+        assert client.ApiClient().sanitize_for_serialization(model) == manifest
+        assert yaml.safe_load(cronjob_yaml(playbook, options)) == manifest
 
 
 def test_schedule_cli(tmp_path: Path) -> None:

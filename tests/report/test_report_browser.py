@@ -435,3 +435,70 @@ def test_coverage_wording_counts_unmet_cells_only_when_some_are(tmp_path: Path) 
     assert "<b>5 of 6 required cells met, 1 unmet</b>" in page
     assert "missing: gpu.ecc at device level" in page
     assert "**5 of 6 required cells met, 1 unmet**" in markdown
+
+
+def _crowded() -> dict[str, Any]:
+    """The flagship journal with its events crowded: detection and three moves within a
+    second of each other, the last just before the 20 s SLO deadline."""
+    journal = real_journal("flagship")
+    onset = journal["gameday"]["faults"][0]["applied_at"]
+    for result in journal["gameday"]["verifiers"]:
+        if result["verifier"] == "reshard.verify_reshard":
+            measurement = result["measurement"]
+            measurement["detected_at"] = onset + 0.3
+            measurement["moves"] = [
+                {"at": onset + at, "shard": shard, "to": f"node-1/gpu{shard}"}
+                for at, shard in ((0.5, 0), (0.7, 1), (0.9, 2), (19.4, 3))]
+    return journal
+
+
+_OVERLAPS = """(() => {
+  const svg = document.querySelector('svg.timeline');
+  const box = e => e.getBoundingClientRect();
+  const meets = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom &&
+                          b.top < a.bottom;
+  const lines = [...svg.querySelectorAll('line.guide, g.slo-deadline line')];
+  const texts = [...svg.querySelectorAll('text')];
+  const crossed = [];
+  for (const line of lines) for (const text of texts)
+    if (meets(box(line), box(text))) crossed.push(text.textContent);
+  const overlapping = list => list.filter((b, i) => list.some((o, j) => j !== i &&
+                                                              meets(b, o))).length;
+  return [lines.length, crossed,
+          overlapping([...svg.querySelectorAll('g.verifier rect')].map(box)),
+          overlapping([...svg.querySelectorAll('text.event-label')].map(box))];
+})()"""
+
+
+@pytest.mark.parametrize("journal", [real_journal("flagship"), _crowded()],
+                         ids=["flagship", "crowded"])
+def test_timeline_lines_cross_no_label_and_a_legend_names_every_mark(
+        tmp_path: Path, browser: _Browser, journal: dict[str, Any]) -> None:
+    """No dotted guide nor the SLO deadline crosses any label of the chart, no event
+    label overlaps another (the crowded run needs more lanes and puts the label next to
+    the deadline on its left), verifier boxes do not hide each other, and the legend
+    explains every mark, `•` included."""
+    report = tmp_path / "report.html"
+    report.write_text(render_html(journal, summarize(journal, path="j.json", sha256="0" * 64)))
+    browser.open(report.as_uri(), width=1400)
+    lines, crossed, stacked, overlapping = browser.evaluate(_OVERLAPS)
+    events = browser.evaluate("document.querySelectorAll('svg.timeline circle.event').length")
+    assert lines == events + 1 and events >= 4
+    assert crossed == [] and stacked == 0 and overlapping == 0
+    legend = browser.evaluate("[...document.querySelectorAll('svg.timeline g.legend-item')]"
+                              ".map(g => g.textContent)")
+    for mark in ("fault active", "SLI up / down", "RTO: onset to recovery", "SLO deadline",
+                 "when an event happened", "fault injected", "SLI went down", "alert fired",
+                 "shard moved", "✓verifier passed", "✗failed",
+                 "•recorded without a verdict"):
+        assert any(item.startswith(mark) for item in legend), (mark, legend)
+    marks = browser.evaluate("[...document.querySelectorAll('svg.timeline g.verifier text')]"
+                             ".map(t => t.textContent)")
+    assert "•" in marks and "✓" in marks
+    hidden = browser.evaluate(
+        "(() => { const svg = document.querySelector('svg.timeline').getBoundingClientRect();"
+        " return [...document.querySelectorAll('svg.timeline text')].filter(t => {"
+        " const r = t.getBoundingClientRect(); return r.left < svg.left - 1 ||"
+        " r.right > svg.right + 1; }).map(t => t.textContent); })()")
+    assert hidden == []
+    browser.screenshot(tmp_path / "timeline.png")

@@ -4,6 +4,12 @@ User-facing errors are one line: what was wrong, where (file, key path, line) an
 what to do. The CLI prints ``str(error)`` and exits with ``error.exit_code``.
 """
 
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
 
 class GamedayError(Exception):
     """Base of every error gameday raises on purpose."""
@@ -33,6 +39,59 @@ class InvalidInput(GamedayError):
 def _one_line(text: str) -> str:
     """User errors are one line, even when the input put line breaks in a key."""
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+class InputErrors:
+    """Every :class:`InvalidInput` of one input file, in the order its checks ran, instead
+    of the first alone: each independent check runs through :meth:`attempt` or
+    :meth:`value`, and the caller reports them all (``gameday validate``) or raises the
+    first (a loader: :meth:`raise_first`)."""
+
+    def __init__(self) -> None:
+        self.found: list[InvalidInput] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.found)
+
+    def add(self, error: InvalidInput) -> None:
+        self.found.append(error)
+
+    def attempt(self, check: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs
+                ) -> bool:
+        """Run ``check``: True when it raised nothing, else False and its error kept."""
+        try:
+            check(*args, **kwargs)
+        except InvalidInput as exc:
+            self.found.append(exc)
+            return False
+        return True
+
+    def value(self, check: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+              ) -> _T | None:
+        """``check``'s value, or None when it raised (its error kept)."""
+        try:
+            return check(*args, **kwargs)
+        except InvalidInput as exc:
+            self.found.append(exc)
+            return None
+
+    def by_line(self) -> list[InvalidInput]:
+        """The errors in the file's line order (those without a line first), each key's
+        in the order found."""
+        return sorted(self.found, key=lambda error: error.line or 0)
+
+    def raise_first(self) -> None:
+        if self.found:
+            raise self.found[0]
+
+
+def checked(value: _T | None, errors: list[InvalidInput]) -> _T:
+    """What a ``check_*`` function found valid, or the first of its errors raised: how
+    each loader (``load_experiment``, ``load_playbook``, ...) turns every error into one."""
+    if errors:
+        raise errors[0]
+    assert value is not None
+    return value
 
 
 class BlastRadiusExceeded(InvalidInput):

@@ -234,6 +234,13 @@ def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, A
             summary.slo_s[objective] = bound
 
 
+def run_page(journal: Path) -> Path:
+    """What a page links for one run: its own report beside the journal (``gameday
+    report JOURNAL`` writes ``JOURNAL.html``) when that was rendered, else the journal."""
+    page = journal.with_suffix(".html")
+    return page if page.is_file() else journal
+
+
 def read_journal(path: Path) -> tuple[dict[str, Any], JournalSummary]:
     """Read, hash and summarize one journal file."""
     data, journal = read_json(path, "JSON journal")

@@ -4,15 +4,19 @@ Playbooks, fault mixes and coverage requirement files are read with
 ``gameday.experiment.loader.read_document`` (which maps every key path to its line) and then
 checked field by field through a ``Document``; every mistake is one ``InvalidInput``
 line such as ``playbooks/x.yaml:12: experiments[1].expect: must be one of pass, fail``.
+A loader runs each independent check through the document's :attr:`Document.errors`
+(:class:`gameday.errors.InputErrors`, as experiments' validation does), so one run
+reports every mistake of a file; :meth:`Document.only_keys` records each unknown key
+there rather than raising.
 """
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gameday.errors import InvalidInput
+from gameday.errors import InputErrors, InvalidInput
 from gameday.experiment.loader import line_of, read_document
 
 
@@ -24,11 +28,12 @@ def join(base: str, key: str | int) -> str:
 
 @dataclass
 class Document:
-    """A parsed file plus its key-path → line map."""
+    """A parsed file plus its key-path → line map, and the errors its checks found."""
 
     path: Path
     data: dict[str, Any]
     lines: dict[str, int]
+    errors: InputErrors = field(default_factory=InputErrors)
 
     @classmethod
     def read(cls, path: Path) -> "Document":
@@ -38,9 +43,12 @@ class Document:
     def line_of(self, key_path: str) -> int | None:
         return line_of(self.lines, key_path)
 
+    def error(self, message: str, key_path: str) -> InvalidInput:
+        return InvalidInput(message, file=str(self.path), path=key_path or None,
+                            line=self.line_of(key_path))
+
     def fail(self, message: str, key_path: str) -> NoReturn:
-        raise InvalidInput(message, file=str(self.path), path=key_path or None,
-                           line=self.line_of(key_path))
+        raise self.error(message, key_path)
 
     def get(self, key_path: str) -> Any:
         """The value at a dotted/indexed key path, or None."""
@@ -113,14 +121,16 @@ class Document:
         return float(value)
 
     def only_keys(self, key_path: str, known: Iterable[str]) -> None:
-        """Refuse unknown keys in the mapping at ``key_path`` (typos are errors)."""
+        """Record each unknown key in the mapping at ``key_path`` in :attr:`errors` (typos
+        are errors; the known keys are still checked)."""
         allowed = sorted(known)
         value = self.data if not key_path else self.get(key_path)
         if not isinstance(value, dict):
             return
         for key in value:
             if key not in allowed:
-                self.fail(f"unknown key (known: {', '.join(allowed)})", join(key_path, key))
+                self.errors.add(self.error(f"unknown key (known: {', '.join(allowed)})",
+                                           join(key_path, str(key))))
 
     def relative(self, value: str) -> Path:
         """A path written in this file, resolved against the file's directory."""

@@ -21,7 +21,7 @@ import yaml
 from chaoslib import substitute
 
 from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limited
-from gameday.errors import InvalidInput, first_line
+from gameday.errors import InputErrors, InvalidInput, checked, first_line
 from gameday.experiment.extension import Extension, parse_extension
 from gameday.experiment.keys import did_you_mean, unknown_key, unknown_keys
 from gameday.experiment.process_selector import check_process_selector
@@ -128,11 +128,7 @@ def load_experiment(path: Path, variables: Mapping[str, str] | None = None
     """Read and validate an experiment, its typed arguments converted with ``variables``
     (the ``--var`` values); every error is one line with file, path and line (the first
     of :func:`check_experiment`'s is raised)."""
-    loaded, errors = check_experiment(path, typed=variables or {})
-    if errors:
-        raise errors[0]
-    assert loaded is not None
-    return loaded
+    return checked(*check_experiment(path, typed=variables or {}))
 
 
 def check_experiment(path: Path, *, target: str | None = None,
@@ -155,23 +151,14 @@ def check_experiment(path: Path, *, target: str | None = None,
         return None, [exc]
     loaded = LoadedExperiment(path=path, experiment=document, lines=lines,
                               extension=Extension())
-    found: list[InvalidInput] = list(unknown_keys(document))
-
-    def attempt(check: Any, *args: Any) -> bool:
-        try:
-            check(*args)
-        except InvalidInput as exc:
-            found.append(exc)
-            return False
-        return True
-
+    collected = InputErrors()
+    found = collected.found
+    found.extend(unknown_keys(document))
+    attempt = collected.attempt
     shaped = attempt(_check_structure, document)
     for where, activity in _all_activities(document):
         shaped = attempt(_check_activity, activity, where) and shaped
-    try:
-        loaded.extension = parse_extension(document)
-    except InvalidInput as exc:
-        found.append(exc)
+    loaded.extension = collected.value(parse_extension, document) or loaded.extension
     if shaped:
         values = configuration_values(document.get("configuration") or {},
                                       {**(typed or {}), **(variables or {})})

@@ -43,7 +43,7 @@ from gameday import __version__
 from gameday.errors import InvalidInput
 from gameday.evidence import checked
 from gameday.evidence.index import VerifiedIndex
-from gameday.evidence.summary import JournalSummary
+from gameday.evidence.summary import JournalSummary, run_page
 from gameday.experiment.extension import COVERAGE_LAYERS
 from gameday.gamedays.playbook import Requirement
 from gameday.gamedays.score import GroupScore, Score
@@ -256,6 +256,12 @@ class Matrix:
     def exit_code(self) -> int:
         return 1 if self.findings else 0
 
+    def requirements_line(self) -> str:
+        """``6 of 6 required cells met``, or ``4 of 6 required cells met, 2 unmet``."""
+        total, unmet = len(self.requirements), len(self.findings)
+        return (f"{total - unmet} of {total} required cells met"
+                + (f", {unmet} unmet" if unmet else ""))
+
     def rows(self) -> list[str]:
         """Fault kinds: every catalogue kind, every kind seen, every kind required."""
         names = set(CATALOGUE) | {f for f, _ in self.cells} | {r.fault for r in
@@ -411,9 +417,7 @@ def to_markdown(matrix: Matrix) -> str:
                      f"{evidence} |")
     if matrix.requirements:
         lines += ["", "### Requirements", ""]
-        if not matrix.findings:
-            lines.append(f"All {len(matrix.requirements)} required cells are covered and "
-                         "passing.")
+        lines += [f"**{matrix.requirements_line()}**", ""]
         lines += [f"- ❌ {finding.line()}" for finding in matrix.findings]
     if matrix.rejected:
         lines += ["", f"### Rejected journals ({len(matrix.rejected)}, not counted)", ""]
@@ -476,14 +480,20 @@ _HTML_STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem;color:#1d2330}
 table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #d5dae3;padding:.35rem .6rem;
 text-align:left}th{background:#f2f4f8}td.c{text-align:center;font-variant-numeric:tabular-nums}
-.ok{background:#dcf5e3}.some{background:#fff1c9}.bad{background:#fbd9d9}.none{color:#9aa3b2}
-.na{color:#c4c9d2;background:#fafbfc}.lab{font-style:italic}
+.ok{background:#dcf5e3}.some{background:#fff1c9}.bad{background:#fbd9d9}
+.none{color:#1d2330;background:#ffffff;font-weight:bold;font-size:16px}
+.na{color:#5b6474;background:repeating-linear-gradient(135deg,#eceff4 0 4px,#dfe3ea 4px 8px)}
+.lab{font-style:italic}
 .req{outline:2px solid #304ffe;outline-offset:-2px}
 .tampered{outline:3px dashed #b00020;outline-offset:-3px;font-weight:bold}
 code{font-size:12px;white-space:nowrap}
 td.c{white-space:nowrap}td.c a{color:inherit;text-decoration:none}.scope{color:#4a5263}
-dl.legend{display:grid;grid-template-columns:max-content 1fr;gap:.2rem .8rem}
-dl.legend dt{padding:0 .5rem}
+dl.legend{display:grid;grid-template-columns:max-content 1fr;gap:.3rem .8rem;align-items:center}
+dl.legend dt{padding:.1rem .5rem;min-width:6rem;text-align:center;border:1px solid #d5dae3}
+dl.legend dd{margin:0}
+div.scroll{max-width:100%;overflow-x:auto}div.scroll table{margin:0}
+table.cells td.runs{min-width:16rem;overflow-wrap:anywhere}
+table.cells td.runs code{white-space:normal;word-break:break-all}
 """
 
 
@@ -492,10 +502,12 @@ def _anchor(fault: str, layer: str) -> str:
 
 
 def _run_link(path: str, sha: str) -> str:
-    report = Path(path).with_suffix(".html")
-    name = html.escape(Path(path).name)
-    return (f"<a href='{html.escape(report.as_uri() if report.is_absolute() else str(report))}'>"
-            f"{name}</a> <code>{sha}</code>")
+    """The run's own report when it was rendered, else its journal, labelled by name."""
+    page = run_page(Path(path))
+    href = page.as_uri() if page.is_absolute() else str(page)
+    what = "run report" if page.suffix == ".html" else "journal"
+    return (f"<a href='{html.escape(href)}'>{html.escape(page.name)}</a> ({what}) "
+            f"<code>{sha}</code>")
 
 
 def _score_html(score: Score | None) -> str:
@@ -582,11 +594,12 @@ def to_html(matrix: Matrix, score: Score | None = None) -> str:
             f"<td class=c>{_seconds(cell.rto_p95)}</td>"
             f"<td>{html.escape(', '.join(cell.injected_at))}</td>"
             f"<td>{html.escape(', '.join(cell.targets))}</td>"
-            f"<td>{html.escape(_requirement_of(matrix, cell))}</td><td>{runs}</td></tr>")
+            f"<td>{html.escape(_requirement_of(matrix, cell))}</td><td class=runs>{runs}</td>"
+            "</tr>")
     findings = "".join(f"<li>{html.escape(f.line())}</li>" for f in matrix.findings)
     verdict = ("" if not matrix.requirements else
-               f"<p><b>{len(matrix.findings)} of {len(matrix.requirements)} required cells "
-               f"unmet</b></p><ul>{findings}</ul>")
+               f"<p class=verdict><b>{html.escape(matrix.requirements_line())}</b></p>"
+               + (f"<ul>{findings}</ul>" if findings else ""))
     rejected = ("" if not matrix.rejected else
                 f"<h2>Rejected journals ({len(matrix.rejected)}, not counted)</h2><ul>"
                 + "".join(f"<li><code>{html.escape(r.path)}</code>: {html.escape(r.reason)}"
@@ -597,7 +610,9 @@ def to_html(matrix: Matrix, score: Score | None = None) -> str:
                                for problem in matrix.chain_problems) + "</ul>")
     legend = ("<dl class=legend><dt class=ok>2/2</dt><dd>passed/run, verified journals from a "
               "real target</dd><dt class='ok lab'>2/2 (lab)</dt><dd>evidence from the virtual "
-              f"lab only</dd><dt class=none>{NOT_COVERED}</dt><dd>not covered yet</dd>"
+              "lab only</dd><dt class=some>1/2</dt><dd>some runs failed</dd>"
+              "<dt class=bad>0/2</dt><dd>every run failed, or a required cell is unmet</dd>"
+              f"<dt class=none>{NOT_COVERED}</dt><dd>not covered yet</dd>"
               f"<dt class=na>{NOT_APPLICABLE}</dt><dd>the kind cannot act at this layer</dd>"
               "<dt class=req>outlined</dt><dd>required by the requirement file</dd>"
               f"<dt class='bad tampered'>{TAMPERED} (1)</dt><dd>journals of the cell did not "
@@ -609,14 +624,16 @@ def to_html(matrix: Matrix, score: Score | None = None) -> str:
         f"<title>gameday coverage</title><style>{_HTML_STYLE}</style></head><body>"
         f"<h1>Coverage matrix</h1><p class=scope>{html.escape(matrix.scope_line())}</p>"
         f"{legend}{verdict}{_score_html(score)}"
-        f"<table><tr><th>fault kind</th>{head}</tr>{''.join(body)}</table>"
+        f"<div class=scroll><table><tr><th>fault kind</th>{head}</tr>{''.join(body)}</table>"
+        "</div>"
         "<h2>Verified scenarios by fault family</h2><table><tr><th>fault family</th>"
         f"<th>layer</th><th>kind</th><th>verified scenarios</th></tr>{audit}</table>"
-        "<h2>Cells</h2><table><tr><th>fault</th><th>layer</th><th>scenarios</th>"
+        "<h2>Cells</h2><div class=scroll><table class=cells><tr><th>fault</th><th>layer</th>"
+        "<th>scenarios</th>"
         "<th>passing</th><th>runs</th><th>passed</th><th>last run</th><th>RTO p50</th>"
         "<th>RTO p95</th><th>injected at</th><th>targets</th><th>required</th>"
-        "<th>runs (journal sha256)</th></tr>"
-        f"{''.join(details)}</table>{rejected}</body></html>\n")
+        "<th>runs: report or journal, sha256</th></tr>"
+        f"{''.join(details)}</table></div>{rejected}</body></html>\n")
 
 
 def render(matrix: Matrix, fmt: str, score: Score | None = None) -> str:

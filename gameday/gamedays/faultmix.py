@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gameday.errors import InvalidInput
+from gameday.errors import InvalidInput, checked
 from gameday.experiment.docfields import Document, join
 from gameday.experiment.loader import load_experiment
 
@@ -89,59 +89,99 @@ class FaultMix:
         return [Draw(c.name, c.share, c.fault, rng.choice(c.experiments)) for c in picks]
 
 
-def _experiment(doc: Document, where: str) -> MixExperiment:
-    raw = doc.get(where)
-    if isinstance(raw, str):
-        path_text, expect = raw, "pass"
-    else:
-        doc.mapping(where)
-        doc.only_keys(where, ("path", "expect"))
-        path_text = str(doc.text(join(where, "path"), required=True))
-        expect = doc.choice(join(where, "expect"), EXPECTATIONS, "pass")
+class NamedExperimentInvalid(InvalidInput):
+    """An experiment a playbook or fault mix names does not validate; ``gameday
+    validate`` reports its errors with its own file instead."""
+
+
+def experiment_file(doc: Document, where: str) -> Path:
+    """The experiment file named by the text at ``where``, relative to the document; it
+    must exist and validate."""
+    path_text = str(doc.text(where, required=True))
     path = doc.relative(path_text)
     if not path.is_file():
-        doc.fail(f"no such experiment file {path_text!r} (relative to {doc.path.parent})",
-                 where)
+        doc.fail(f"no such experiment file {path_text!r} (paths are relative to "
+                 f"{doc.path.parent})", where)
     try:
         load_experiment(path)
     except InvalidInput as exc:
-        doc.fail(f"experiment does not validate: {exc}", where)
-    return MixExperiment(path, expect)
+        raise NamedExperimentInvalid(f"experiment does not validate: {exc}",
+                                     file=str(doc.path), path=where,
+                                     line=doc.line_of(where)) from None
+    return path
+
+
+def _experiment(doc: Document, where: str) -> MixExperiment | None:
+    found = doc.errors
+    expect: str | None = "pass"
+    if isinstance(doc.get(where), str):
+        path = found.value(experiment_file, doc, where)
+    else:
+        if found.value(doc.mapping, where) is None:
+            return None
+        doc.only_keys(where, ("path", "expect"))
+        path = found.value(experiment_file, doc, join(where, "path"))
+        expect = found.value(doc.choice, join(where, "expect"), EXPECTATIONS, "pass")
+    return None if path is None or expect is None else MixExperiment(path, expect)
+
+
+def _category(doc: Document, where: str) -> Category | None:
+    found = doc.errors
+    if found.value(doc.mapping, where, required=True) is None:
+        return None
+    doc.only_keys(where, ("name", "share", "fault", "experiments", "note"))
+    fault = found.value(_fault, doc, join(where, "fault"))
+    share = found.value(doc.number, join(where, "share"), minimum=0, maximum=100)
+    if share is None and doc.get(join(where, "share")) is None:
+        found.add(doc.error("is required", join(where, "share")))
+    named = found.value(doc.sequence, join(where, "experiments")) or []
+    experiments = [_experiment(doc, f"{where}.experiments[{i}]") for i in range(len(named))]
+    name = found.value(doc.text, join(where, "name"), required=True)
+    if fault is None or share is None or name is None or None in experiments:
+        return None
+    return Category(name, share, fault, tuple(e for e in experiments if e is not None))
+
+
+def _fault(doc: Document, where: str) -> str:
+    fault = str(doc.text(where, required=True))
+    if not _FAULT_NAME.match(fault):
+        doc.fail(f"must be a fault kind such as gpu.ecc, got {fault!r}", where)
+    return fault
+
+
+def check_mix(path: Path) -> tuple[FaultMix | None, list[InvalidInput]]:
+    """Every error of a fault-mix file (each one line: file, line, key path), and the
+    mix when it has none."""
+    try:
+        doc = Document.read(path)
+    except InvalidInput as exc:
+        return None, [exc]
+    found = doc.errors
+    doc.only_keys("", ("title", "description", "source", "window", "categories", "notes"))
+    title = found.value(doc.text, "title", required=True)
+    source = found.value(doc.mapping, "source", required=True)
+    found.attempt(doc.text, "source.title", required=True)
+    found.attempt(doc.mapping, "window")
+    doc.only_keys("window", ("interruptions", "days", "gpus"))
+    listed = found.value(doc.sequence, "categories", required=True) or []
+    categories = [_category(doc, f"categories[{position}]") for position in range(len(listed))]
+    total = sum(c.share for c in categories if c is not None)
+    if total > 100.05:
+        found.add(doc.error(f"shares add up to {total:g}%, more than 100%", "categories"))
+    interruptions = found.value(doc.number, "window.interruptions", minimum=1, integer=True)
+    gpus = found.value(doc.number, "window.gpus", minimum=1, integer=True)
+    days = found.value(doc.number, "window.days", minimum=0.001)
+    notes = found.value(doc.sequence, "notes") or []
+    if found or title is None or source is None:
+        return None, found.by_line()
+    return FaultMix(
+        path=path, title=title, source=dict(source),
+        categories=[c for c in categories if c is not None],
+        interruptions=None if interruptions is None else int(interruptions), days=days,
+        gpus=None if gpus is None else int(gpus), notes=[str(n) for n in notes]), []
 
 
 def load_mix(path: Path) -> FaultMix:
-    """Read and validate a fault-mix file; errors name file, key path and line."""
-    doc = Document.read(path)
-    doc.only_keys("", ("title", "description", "source", "window", "categories", "notes"))
-    title = str(doc.text("title", required=True))
-    source = doc.mapping("source", required=True)
-    doc.text("source.title", required=True)
-    doc.mapping("window")
-    doc.only_keys("window", ("interruptions", "days", "gpus"))
-    categories: list[Category] = []
-    for position, _ in enumerate(doc.sequence("categories", required=True)):
-        where = f"categories[{position}]"
-        doc.mapping(where, required=True)
-        doc.only_keys(where, ("name", "share", "fault", "experiments", "note"))
-        fault = str(doc.text(join(where, "fault"), required=True))
-        if not _FAULT_NAME.match(fault):
-            doc.fail(f"must be a fault kind such as gpu.ecc, got {fault!r}", join(where, "fault"))
-        share = doc.number(join(where, "share"), minimum=0, maximum=100)
-        if share is None:
-            doc.fail("is required", join(where, "share"))
-        experiments = tuple(
-            _experiment(doc, f"{where}.experiments[{i}]")
-            for i, _ in enumerate(doc.sequence(join(where, "experiments"))))
-        categories.append(Category(str(doc.text(join(where, "name"), required=True)),
-                                   share, fault, experiments))
-    total = sum(c.share for c in categories)
-    if total > 100.05:
-        doc.fail(f"shares add up to {total:g}%, more than 100%", "categories")
-    interruptions = doc.number("window.interruptions", minimum=1, integer=True)
-    gpus = doc.number("window.gpus", minimum=1, integer=True)
-    return FaultMix(
-        path=path, title=title, source=dict(source), categories=categories,
-        interruptions=None if interruptions is None else int(interruptions),
-        days=doc.number("window.days", minimum=0.001),
-        gpus=None if gpus is None else int(gpus),
-        notes=[str(n) for n in doc.sequence("notes")])
+    """Read and validate a fault-mix file; the first of :func:`check_mix`'s errors is
+    raised."""
+    return checked(*check_mix(path))

@@ -63,6 +63,7 @@ def load_services(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     a journal records (``experiments/inference-*.yaml``); in file order."""
     doc = Document.read(path)
     doc.only_keys("", ["services"])
+    doc.errors.raise_first()
     services = doc.mapping("services", required=True)
     if not services:
         doc.fail("names no service", "services")

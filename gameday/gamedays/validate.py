@@ -138,13 +138,14 @@ def _validate(path: Path, report: ValidationReport, seen: set[tuple[Path, Path |
 
         report.files.append(FileReport(path, kind, _first(load_target_config, path)))
     elif kind == "fault mix":
-        from gameday.gamedays.faultmix import load_mix
+        from gameday.gamedays.faultmix import check_mix
 
-        report.files.append(FileReport(path, kind, _first(load_mix, path)))
+        report.files.append(FileReport(path, kind, [str(e) for e in check_mix(path)[1]]))
     else:
-        from gameday.gamedays.playbook import load_requirements
+        from gameday.gamedays.playbook import check_requirements
 
-        report.files.append(FileReport(path, kind, _first(load_requirements, path)))
+        report.files.append(FileReport(path, kind,
+                                       [str(e) for e in check_requirements(path)[1]]))
 
 
 def _first(load: Any, path: Path) -> list[str]:
@@ -159,7 +160,8 @@ def _playbook(path: Path, document: Mapping[str, Any], report: ValidationReport,
               seen: set[tuple[Path, Path | None]], variables: dict[str, str]) -> None:
     """The playbook's own errors, then every experiment it names (listed first, then
     those of its fault mix), each with the playbook's target and variables."""
-    from gameday.gamedays.playbook import load_playbook
+    from gameday.gamedays.faultmix import NamedExperimentInvalid
+    from gameday.gamedays.playbook import check_playbook
 
     own = FileReport(path, "playbook")
     report.files.append(own)
@@ -171,15 +173,12 @@ def _playbook(path: Path, document: Mapping[str, Any], report: ValidationReport,
         if isinstance(item, Mapping) and isinstance(item.get("path"), str):
             named.append((_relative(path, item["path"]),
                           {**shared, **_plain(item.get("variables"))}))
-    try:
-        playbook = load_playbook(path)
-    except InvalidInput as exc:
-        if "experiment does not validate" not in str(exc):  # reported with its own file
-            own.errors.append(str(exc))
-    else:
-        if playbook.draw is not None:
-            for category in playbook.draw.mix.drawable:
-                named.extend((e.path, dict(shared)) for e in category.experiments)
+    playbook, errors = check_playbook(path)
+    # an experiment it lists that does not validate is reported with its own file
+    own.errors.extend(str(e) for e in errors if not isinstance(e, NamedExperimentInvalid))
+    if playbook is not None and playbook.draw is not None:
+        for category in playbook.draw.mix.drawable:
+            named.extend((e.path, dict(shared)) for e in category.experiments)
     for experiment, values in _unique(named):
         if experiment.is_file():
             _validate(experiment, report, seen, target=target, variables=values,

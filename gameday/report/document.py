@@ -111,11 +111,9 @@ def render_html(journal: dict[str, Any], summary: JournalSummary,
     parts.append("<h2>What happened</h2>")
     if line.windows:
         parts.append(timeline_svg(line, f"{title}: SLI timeline"))
-        parts.append("<p class='muted'>Shaded: fault windows. Line: the service-level "
-                     "indicator (up/down). Bracket: the measured RTO from the fault onset to "
-                     "recovery. Dashed vertical line: the SLO deadline (onset + the RTO "
-                     "objective). Markers: alerts, re-shard moves, verifier results, the "
-                     "steady-state probes labelled before and after.</p>")
+        parts.append("<p class='muted'>The legend under the axis names every mark. Each "
+                     "event sits in the events band at the time its dotted guide marks on "
+                     "the SLI; hover a verifier's box for its name and time.</p>")
     else:
         parts.append(f"<p class='no-fault'>{_esc(_no_fault(line))}</p>")
     parts.append("<h2>Verdict</h2><table class='verdict'>"

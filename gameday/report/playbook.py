@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gameday.errors import InvalidInput
-from gameday.evidence.summary import JournalSummary, read_summary
+from gameday.evidence.summary import JournalSummary, read_summary, run_page
 from gameday.gamedays.costs import Fleet, no_projection, project
 from gameday.report.document import CSP, STYLE
 from gameday.report.svg import objectives_svg
@@ -47,9 +47,17 @@ class Row:
     error: str
 
     @property
-    def report_link(self) -> str | None:
-        """The run's own report, next to its journal (``gameday report`` writes it there)."""
-        return self.journal.with_suffix(".html").name if self.journal else None
+    def linked(self) -> Path | None:
+        """What the page links for this run: its own report when it was rendered beside
+        its journal, else the journal (:func:`run_page`)."""
+        return run_page(self.journal) if self.journal else None
+
+    @property
+    def link_label(self) -> str:
+        linked = self.linked
+        if linked is None:
+            return ""
+        return f"{linked.name} ({'run report' if linked.suffix == '.html' else 'journal'})"
 
 
 @dataclass
@@ -156,8 +164,8 @@ def render_html(report: PlaybookReport, fleet: Fleet | None = None) -> str:
     rows = []
     for row in report.rows:
         s = row.summary
-        link = (f"<a href='{esc(row.report_link)}'>{esc(row.journal.name)}</a>"
-                if row.journal and row.report_link else esc(row.error or "-"))
+        link = (f"<a href='{esc(row.linked.name)}'>{esc(row.link_label)}</a>"
+                if row.linked else esc(row.error or "-"))
         sha = f"<br><code>{s.sha256}</code>" if s else ""
         verdict = "v-ok" if row.as_expected else "v-FAILED"
         rows.append(
@@ -182,7 +190,8 @@ def render_html(report: PlaybookReport, fleet: Fleet | None = None) -> str:
         f"<p class='muted'>Game day {_when(report.started_at)} to {_when(report.ended_at)}; "
         f"playbook {esc(report.playbook)}{draw}; exit {report.exit_code}.</p>",
         "<h2>Experiments</h2><table><tr><th>experiment</th><th>expect</th><th>outcome</th>"
-        "<th>as expected</th><th>RTO</th><th>RPO</th><th>run report, journal sha256</th></tr>",
+        "<th>as expected</th><th>RTO</th><th>RPO</th><th>run report (or journal), journal "
+        "sha256</th></tr>",
         "".join(rows), "</table>",
         "<h2>Recovery against objectives</h2>", objectives_svg(_objectives(report)),
         scale_html, "</main></body></html>\n"])
@@ -197,7 +206,7 @@ def render_markdown(report: PlaybookReport, fleet: Fleet | None = None) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for row in report.rows:
         s = row.summary
-        link = f"[{row.journal.name}]({row.report_link})" if row.journal else row.error or "-"
+        link = f"[{row.link_label}]({row.linked.name})" if row.linked else row.error or "-"
         lines.append(
             f"| {row.name} | {row.expect} | {row.outcome} | "
             f"{'yes' if row.as_expected else '**NO**'} | "

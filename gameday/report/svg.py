@@ -3,11 +3,13 @@
 ``timeline_svg`` draws the run on one time axis (seconds from the fault onset): fault
 windows shaded, the SLI as a step line (up/down), the RTO as a bracket from the onset to
 recovery, the SLO deadline (onset + the RTO objective) as a labelled vertical line, alert,
-re-shard and fault events as labelled markers, and verifier results with the
-steady-state probes labelled "before" and "after". It is for a run with a fault; a run
-without one has no onset to draw from. ``objectives_svg`` gives each measurement a row
-of its own with its own axis in its unit from 0: the measured value as a bar, the
-objective as a marked line, and whether it was met or missed by how much.
+re-shard and fault events as labelled markers (each with a dotted guide up to the SLI,
+laid out so no guide or vertical line crosses a label), verifier results with the
+steady-state probes labelled "before" and "after", and a legend of every mark. It is for
+a run with a fault; a run without one has no onset to draw from. ``objectives_svg`` gives
+each measurement a row of its own with its own axis in its unit from 0: the measured
+value as a bar, the objective as a marked line, and whether it was met or missed by how
+much.
 """
 
 import math
@@ -17,7 +19,7 @@ from gameday.report.timeline import Marker, Objective, Timeline, number
 
 WIDTH = 960
 LEFT, RIGHT = 120, 24
-COLORS = {"fault": "#c62828", "alert": "#ef6c00", "reshard": "#1565c0", "sli": "#b71c1c",
+COLORS = {"fault": "#c62828", "alert": "#ef6c00", "reshard": "#1565c0", "sli": "#ad1457",
           "verifier": "#455a64", "ok": "#2e7d32", "down": "#c62828", "grid": "#e3e7ee",
           "axis": "#5f6b7a", "window": "#ef9a9a", "rto": "#6a1b9a"}
 
@@ -59,32 +61,62 @@ class _Axis:
         return [first + i * step for i in range(max(count, 0))]
 
 
-def _lanes(markers: list[Marker], axis: _Axis, lanes: int) -> list[tuple[Marker, int]]:
-    """Put each marker's label in the first lane where it does not overlap the last one."""
-    ends = [-1e9] * lanes
+_LABEL_PX = 6.3  # the width of one character of an 11 px label, near enough
+
+
+def _lanes(markers: list[Marker], axis: _Axis,
+           avoid: list[float]) -> list[tuple[Marker, int, str]]:
+    """Give each marker a lane and a side ("start": its label right of it, "end": left):
+    the first lane where its label overlaps no other label and covers no ``avoid`` x (a
+    vertical line such as the SLO deadline), inside the plot; a new lane when none has
+    room, so labels never overlap."""
+    taken: list[list[tuple[float, float]]] = []
     placed = []
     for marker in markers:
         x = axis.x(marker.t)
-        width = 6.3 * len(marker.label) + 10
-        lane = next((i for i in range(lanes) if ends[i] < x), min(range(lanes),
-                                                                  key=lambda i: ends[i]))
-        ends[lane] = x + width
-        placed.append((marker, lane))
+        width = _LABEL_PX * len(marker.label) + 12
+        sides = [(side, span) for side, span in (("start", (x - 6, x + width)),
+                                                 ("end", (x - width, x + 6)))
+                 if span[0] >= LEFT - 8 and span[1] <= WIDTH - 4
+                 and not any(span[0] < a < span[1] for a in avoid)] or [
+            ("start", (x - 6, x + width))]
+        lane, side, span = next(
+            ((lane, side, span) for lane in range(len(taken)) for side, span in sides
+             if not any(a < span[1] and span[0] < b for a, b in taken[lane])),
+            (len(taken), *sides[0]))
+        if lane == len(taken):
+            taken.append([])
+        taken[lane].append(span)
+        placed.append((marker, lane, side))
     return placed
 
 
+def _spread(xs: list[float], gap: float) -> list[float]:
+    """``xs`` (ascending) moved right just enough that neighbours are ``gap`` apart."""
+    out: list[float] = []
+    for x in xs:
+        out.append(max(x, out[-1] + gap) if out else x)
+    return out
+
+
 def timeline_svg(line: Timeline, title: str = "SLI timeline") -> str:
+    """The run on one time axis. Each event's dotted guide runs from the SLI band down
+    to the top of the events band, where the event sits in a lane of its own with its
+    label; so no guide crosses a label, and a legend under the axis says what every mark
+    means."""
     markers = [m for m in line.markers if m.kind != "verifier"]
     verifiers = [m for m in line.markers if m.kind == "verifier"]
-    lanes = 4
-    top, fault_h, sli_h, rto_h = 34, 26, 70, 34
-    events_top = top + fault_h + sli_h + rto_h + 14
-    lane_h = 17
-    verifier_top = events_top + lanes * lane_h + 10
-    axis_y = verifier_top + 44
-    height = axis_y + 34
     deadline = line.deadline
     axis = _Axis(line.start, line.end if deadline is None else max(line.end, deadline))
+    placed = _lanes(markers, axis, [] if deadline is None else [axis.x(deadline)])
+    lanes = max([4, *(lane + 1 for _, lane, _ in placed)])
+    top, fault_h, sli_h, lane_h, rto_h = 34, 26, 70, 17, 34
+    events_top = top + fault_h + sli_h + 10
+    rto_top = events_top + lanes * lane_h + 2
+    verifier_top = rto_top + rto_h + 8
+    axis_y = verifier_top + 44
+    legend, legend_h = _legend(axis_y + 44)
+    height = axis_y + 44 + legend_h
     parts = [f'<svg role="img" class="chart timeline" '
              f'viewBox="0 0 {WIDTH} {height}" width="100%" '
              f'font-family="system-ui,-apple-system,Segoe UI,sans-serif">',
@@ -101,7 +133,7 @@ def timeline_svg(line: Timeline, title: str = "SLI timeline") -> str:
     parts.append(_text(WIDTH - RIGHT, axis_y + 30, "seconds from the fault onset",
                        anchor="end", size=10, fill=COLORS["axis"]))
     for label, y in (("fault", top + 17), ("SLI", top + fault_h + sli_h / 2 + 4),
-                     ("RTO", top + fault_h + sli_h + 20), ("events", events_top + 12),
+                     ("events", events_top + 12), ("RTO", rto_top + 18),
                      ("verifiers", verifier_top + 14)):
         parts.append(_text(12, y, label, weight="600", fill=COLORS["axis"]))
     for window in line.windows:
@@ -116,31 +148,79 @@ def timeline_svg(line: Timeline, title: str = "SLI timeline") -> str:
         parts.append(_text(x1 + 5 if fits else max(x2, x1 + 2) + 5, top + 16, label,
                            size=11, fill="#ffffff" if fits else COLORS["fault"], weight="600",
                            halo=not fits))
+    for marker in markers:  # the guides first: every label is drawn over them
+        x = axis.x(marker.t)
+        color = COLORS.get(marker.kind, "#333")
+        parts.append(f'<line class="guide" x1="{x:.1f}" y1="{top + fault_h + 13}" '
+                     f'x2="{x:.1f}" y2="{events_top - 3}" stroke="{color}" '
+                     'stroke-dasharray="2 3" stroke-opacity="0.8"/>')
+    parts.extend(_deadline(line, axis, top, axis_y))
     parts.extend(_sli(line, axis, top + fault_h, sli_h))
-    parts.extend(_rto(line, axis, top + fault_h + sli_h))
-    for marker, lane in _lanes(markers, axis, lanes):
+    parts.extend(_rto(line, axis, rto_top))
+    for marker, lane, side in placed:
         x = axis.x(marker.t)
         y = events_top + lane * lane_h
         color = COLORS.get(marker.kind, "#333")
-        parts.append(f'<line x1="{x:.1f}" y1="{top + fault_h}" x2="{x:.1f}" y2="{y + 6}" '
-                     f'stroke="{color}" stroke-dasharray="2 3" stroke-opacity="0.7"/>')
         parts.append(f'<circle class="event {marker.kind}" cx="{x:.1f}" cy="{y + 6}" r="4" '
                      f'fill="{color}"/>')
-        parts.append(_text(x + 7, y + 10, marker.label, size=11, fill=color))
+        parts.append(_text(x + 7 if side == "start" else x - 7, y + 10, marker.label,
+                           size=11, fill=color, anchor=side, halo=True, css="event-label"))
     parts.extend(_phases(verifiers, axis, verifier_top + 32))
-    parts.extend(_deadline(line, axis, top, axis_y))
-    for marker in verifiers:
-        x = axis.x(marker.t)
+    spread = _spread([axis.x(m.t) for m in verifiers], 16)
+    for marker, x in zip(verifiers, spread, strict=True):
         color = {True: COLORS["ok"], False: COLORS["down"], None: COLORS["verifier"]}[marker.ok]
         symbol = {True: "✓", False: "✗", None: "•"}[marker.ok]
         when = f" ({marker.phase})" if marker.phase else ""
+        verdict = {True: "passed", False: "failed", None: "recorded, no verdict"}[marker.ok]
         parts.append(f'<g class="verifier"><title>{escape(marker.label)}{when} at '
-                     f'{marker.t:+.2f} s</title>'
+                     f'{marker.t:+.2f} s: {verdict}</title>'
                      f'<rect x="{x - 7:.1f}" y="{verifier_top}" width="14" height="18" rx="3" '
                      f'fill="{color}"/>'
                      f'{_text(x, verifier_top + 13, symbol, anchor="middle", fill="#fff")}</g>')
+    parts.extend(legend)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _legend(y: float) -> tuple[list[str], float]:
+    """What every mark of the timeline means, in rows that wrap at the chart's width;
+    the parts and their height."""
+    def box(color: str, symbol: str) -> str:
+        return (f'<rect x="0" y="-11" width="14" height="16" rx="3" fill="{color}"/>'
+                + _text(7, 1, symbol, anchor="middle", fill="#fff"))
+
+    def dot(color: str) -> str:
+        return f'<circle cx="6" cy="-3" r="4" fill="{color}"/>'
+
+    items = [
+        (f'<rect x="0" y="-11" width="14" height="14" fill="{COLORS["window"]}" '
+         'fill-opacity="0.45"/>', "fault active"),
+        (f'<polyline points="0,-10 7,-10 7,0 14,0" fill="none" stroke="{COLORS["ok"]}" '
+         'stroke-width="2"/>', "SLI up / down"),
+        (f'<line x1="1" y1="-4" x2="13" y2="-4" stroke="{COLORS["rto"]}" stroke-width="2"/>'
+         f'<line x1="1" y1="-9" x2="1" y2="1" stroke="{COLORS["rto"]}" stroke-width="2"/>'
+         f'<line x1="13" y1="-9" x2="13" y2="1" stroke="{COLORS["rto"]}" stroke-width="2"/>',
+         "RTO: onset to recovery"),
+        (f'<line x1="7" y1="-12" x2="7" y2="4" stroke="{COLORS["rto"]}" stroke-width="1.5" '
+         'stroke-dasharray="4 3"/>', "SLO deadline"),
+        (f'<line x1="7" y1="-12" x2="7" y2="4" stroke="{COLORS["axis"]}" '
+         'stroke-dasharray="2 3"/>', "when an event happened"),
+        (dot(COLORS["fault"]), "fault injected"), (dot(COLORS["sli"]), "SLI went down"),
+        (dot(COLORS["alert"]), "alert fired"), (dot(COLORS["reshard"]), "shard moved"),
+        (box(COLORS["ok"], "✓"), "verifier passed"), (box(COLORS["down"], "✗"), "failed"),
+        (box(COLORS["verifier"], "•"), "recorded without a verdict (a baseline, such as "
+                                       "the golden predictions captured before the fault)"),
+    ]
+    parts, x, row, row_h = ['<g class="legend">'], 12.0, 0, 20
+    for symbol, text in items:
+        width = 20 + _LABEL_PX * len(text) + 18
+        if x + width > WIDTH - RIGHT and x > 12:
+            x, row = 12.0, row + 1
+        parts.append(f'<g class="legend-item" transform="translate({x:.1f},{y + row * row_h})">'
+                     f'{symbol}{_text(20, 0, text, size=11, fill=COLORS["axis"])}</g>')
+        x += width
+    parts.append("</g>")
+    return parts, (row + 1) * row_h + 6
 
 
 def _sli(line: Timeline, axis: _Axis, y0: float, h: float) -> list[str]:

@@ -76,3 +76,58 @@ def test_playbooks_target_configurations_and_requirement_files(tmp_path: pathlib
     assert f"{config}:2: allow.nodez: unknown key" in errors[0]
     assert any(e.startswith(f"{required}:3: coverage.require[0].layer: must be one of")
                for e in errors)
+
+
+def test_one_run_reports_every_mistake_of_a_playbook_mix_and_requirements(
+        tmp_path: pathlib.Path, env: dict[str, str]) -> None:
+    """Three or more mistakes per file come back from one run, each one line, in the
+    file's line order; the exit code is 2 and nothing is run (no journal directory)."""
+    playbook = tmp_path / "day.yaml"
+    playbook.write_text(f"version: 1\ntitle: t\non_failure: sometimes\nexperiments:\n"
+                        f"  - path: {FLAGSHIP}\n    expect: maybe\n    nmae: x\n"
+                        "  - path: nowhere.yaml\n"
+                        "schedule: {cron: '0 1 * *', timezone: Mars/Olympus}\n"
+                        "gate: {rto_max_s: -1}\n")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("title: m\nsource: {title: s}\nwindow: {interruptions: 0}\ncategories:\n"
+                   "  - name: a\n    share: 120\n    fault: GPU\n"
+                   "  - share: 5\n    fault: gpu.ecc\n    experiments: [nope.yaml]\n")
+    required = tmp_path / "require.yaml"
+    required.write_text("title: r\ncoverage:\n  require:\n"
+                        "    - {fault: gpu.ecc, layer: cosmic, scenarios: 0}\n"
+                        "    - {layer: device, real: 3, colour: red}\n")
+    done = gameday(["validate", str(playbook), str(mix), str(required)], env)
+    assert done.returncode == 2, done.stdout
+    errors = [line.removeprefix("gameday: ") for line in done.stderr.splitlines()]
+    assert errors == [
+        f"{playbook}:3: on_failure: must be one of continue, stop, got 'sometimes'",
+        f"{playbook}:6: experiments[0].expect: must be one of pass, fail, got 'maybe'",
+        f"{playbook}:7: experiments[0].nmae: unknown key (known: expect, name, path, "
+        "variables)",
+        f"{playbook}:8: experiments[1].path: no such experiment file 'nowhere.yaml' (paths "
+        f"are relative to {tmp_path})",
+        f"{playbook}:9: schedule.cron: not a valid 5-field cron expression: '0 1 * *'",
+        f"{playbook}:9: schedule.timezone: unknown time zone 'Mars/Olympus' (use an IANA "
+        "name such as UTC or Europe/Paris)",
+        f"{playbook}:10: gate.rto_max_s: must be >= 0, got -1",
+        f"{mix}:3: window.interruptions: must be >= 1, got 0",
+        f"{mix}:6: categories[0].share: must be <= 100, got 120",
+        f"{mix}:7: categories[0].fault: must be a fault kind such as gpu.ecc, got 'GPU'",
+        f"{mix}:8: categories[1].name: is required",
+        f"{mix}:10: categories[1].experiments[0]: no such experiment file 'nope.yaml' (paths "
+        f"are relative to {tmp_path})",
+        f"{required}:4: coverage.require[0].layer: must be one of device, node, container, "
+        "service, network, storage, got 'cosmic'",
+        f"{required}:4: coverage.require[0].scenarios: must be >= 1, got 0",
+        f"{required}:5: coverage.require[1].colour: unknown key (known: fault, label, layer, "
+        "max_age_days, real, scenarios)",
+        f"{required}:5: coverage.require[1].real: must be true or false, got 3",
+        f"{required}:5: coverage.require[1].fault: is required",
+    ]
+    assert done.stdout.splitlines() == [
+        f"{playbook}: playbook: 7 errors",
+        f"{FLAGSHIP}: experiment, named by {playbook}: valid",
+        f"{mix}: fault mix: 5 errors", f"{required}: requirements: 5 errors"]
+    played = gameday(["play", str(playbook), "--journal-dir", str(tmp_path / "j")], env)
+    assert played.returncode == 2 and "on_failure: must be one of" in played.stderr
+    assert not (tmp_path / "j").exists()

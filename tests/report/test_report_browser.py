@@ -138,13 +138,17 @@ class _Browser:
                 return event
             self.events.append(event)
 
-    def open(self, url: str) -> list[str]:
-        """Load ``url`` in a fresh page; return the URLs of every request it made."""
+    def open(self, url: str, width: int | None = None) -> list[str]:
+        """Load ``url`` in a fresh page (``width`` CSS pixels wide when given); return the
+        URLs of every request it made."""
         target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)
         attached = self.call("Target.attachToTarget", {"targetId": target["targetId"],
                                                        "flatten": True}, session=False)
         self.session = attached["sessionId"]
         self.events.clear()
+        if width is not None:
+            self.call("Emulation.setDeviceMetricsOverride", {
+                "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
         self.call("Network.enable")
         self.call("Page.enable")
         self.call("Page.navigate", {"url": url})
@@ -316,3 +320,185 @@ def test_matrix_and_game_day_report_render_and_fetch_nothing(tmp_path: Path,
     assert "not covered yet" in text and "cannot act at this layer" in text
     assert browser.evaluate("getComputedStyle(document.querySelector('td code')).whiteSpace"
                             ) == "nowrap"
+
+
+_CELLS = [("gpu.ecc", "device"), ("node.cpu_hog", "node"), ("process.kill", "container"),
+          ("service.latency", "service"), ("net.loss", "network"),
+          ("storage.errors", "storage")]
+
+
+def _audit(directory: Path) -> tuple[Path, Path, list[Path]]:
+    """Six journals (one per layer), a requirement file naming their six cells, and a run
+    record; only the first run's own report is rendered (``gameday report JOURNAL``)."""
+    directory.mkdir(parents=True)
+    journals, runs = [], []
+    for position, (fault, layer) in enumerate(_CELLS):
+        journal = directory / f"20261101T10000{position}Z-{fault.replace('.', '-')}.json"
+        write_journal(journal, varied(fault=fault, layer=layer, rto_s=1.2 + position,
+                                      experiment=f"experiments/{fault}.yaml"))
+        journals.append(journal)
+        runs.append({"name": fault, "experiment": f"experiments/{fault}.yaml",
+                     "expect": "pass", "outcome": "passed", "as_expected": True,
+                     "journal": str(journal), "exit_code": 0})
+    record = directory / "20261101T100000Z-audit.playbook.json"
+    write_journal(record, {"playbook": "playbooks/audit-coverage.yaml", "title": "audit",
+                           "started_at": 1_793_000_000.0, "ended_at": 1_793_000_300.0,
+                           "exit_code": 0, "runs": runs})
+    required = directory.parent / "require.yaml"
+    required.write_text("coverage:\n  require:\n" + "".join(
+        f"    - {{fault: {fault}, layer: {layer}}}\n" for fault, layer in _CELLS))
+    return record, required, journals
+
+
+def _contrast(foreground: str, background: str) -> float:
+    """WCAG contrast ratio of two computed ``rgb(...)`` colours."""
+    def luminance(colour: str) -> float:
+        channels = [int(c) / 255 for c in re.findall(r"\d+", colour)[:3]]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+                  for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    light, dark = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_coverage_page_says_what_is_met_shows_its_swatches_and_fits_1400px(
+        tmp_path: Path, browser: _Browser) -> None:
+    """The verdict counts met cells; `·` and `—` are readable and explained by a legend
+    showing the same swatch; no table pushes the page wider than a 1400 px window (nor a
+    900 px one: the wide tables scroll inside their box); every run link opens a file that
+    exists, the run report where one was rendered, else the journal, labelled as such."""
+    record, required, journals = _audit(tmp_path / "journals")
+    env = cli_env(tmp_path)
+    assert gameday(["report", str(journals[0])], env).returncode == 0
+    matrix = tmp_path / "coverage.html"
+    result = gameday(["coverage", str(tmp_path / "journals"), "--format", "html", "-o",
+                      str(matrix), "--require", str(required)], env)
+    assert result.returncode == 0, result.stderr
+    assert "coverage: 6 of 6 required cells met\n" in result.stderr
+    assert browser.open(matrix.as_uri(), width=1400) == [matrix.as_uri()]
+    text = browser.evaluate("document.body.innerText")
+    verdict = browser.evaluate("document.querySelector('p.verdict').innerText")
+    assert verdict == "6 of 6 required cells met" and "0 of 6" not in text
+    for klass, mark in (("none", "·"), ("na", "—")):
+        cell, swatch = browser.evaluate(
+            f"[...['table td.{klass}', 'dl.legend dt.{klass}']].map(s => {{"
+            " const e = document.querySelector(s), c = getComputedStyle(e);"
+            " return [e.textContent, c.color, c.backgroundColor, c.backgroundImage]; })")
+        assert cell == swatch, "the legend shows the cell's own swatch"
+        assert cell[0] == mark
+        assert _contrast(cell[1], "rgb(255, 255, 255)") >= 4.5, cell
+        assert _contrast(cell[1], "rgb(223, 227, 234)") >= 4.5, cell  # the hatch's stripe
+    assert browser.evaluate("getComputedStyle(document.querySelector('td.na'))"
+                            ".backgroundImage").startswith("repeating-linear-gradient")
+    overflow = ("[document.documentElement.scrollWidth, window.innerWidth, "
+                "[...document.querySelectorAll('table')].filter(t => "
+                "t.closest('div.scroll') === null && t.scrollWidth > window.innerWidth)"
+                ".length]")
+    page_width, window_width, loose = browser.evaluate(overflow)
+    assert window_width == 1400 and page_width <= window_width and loose == 0
+    assert browser.evaluate("[...document.querySelectorAll('div.scroll')].map(d => "
+                            "getComputedStyle(d).overflowX)") == ["auto", "auto"]
+    browser.open(matrix.as_uri(), width=900)
+    page_width, window_width, _ = browser.evaluate(overflow)
+    assert window_width == 900 and page_width <= window_width, "the boxes scroll instead"
+    links = browser.evaluate("[...document.querySelectorAll('table.cells td.runs a')].map(a =>"
+                             " [a.href, a.textContent, a.parentElement.textContent])")
+    assert len(links) == 6
+    for href, label, cell in links:
+        opened = Path(href.removeprefix("file://"))
+        assert opened.is_file() and label == opened.name, href
+        assert (opened.suffix, "(run report)" in cell) in ((".html", True), (".json", False))
+        assert opened.suffix == ".json" or opened == journals[0].with_suffix(".html")
+    assert sum(href.endswith(".html") for href, _, _ in links) == 1
+
+    assert gameday(["report", str(record)], env).returncode == 0
+    page = record.with_name("20261101T100000Z-audit.html")
+    browser.open(page.as_uri(), width=1400)
+    runs = browser.evaluate("[...document.querySelectorAll('table a')].map(a => "
+                            "[a.getAttribute('href'), a.textContent])")
+    assert len(runs) == 6
+    for href, label in runs:
+        assert (page.parent / href).is_file(), href
+        assert label == f"{href} ({'run report' if href.endswith('.html') else 'journal'})"
+    assert runs[0][0] == journals[0].with_suffix(".html").name
+
+
+def test_coverage_wording_counts_unmet_cells_only_when_some_are(tmp_path: Path) -> None:
+    from gameday.gamedays import coverage
+    from gameday.gamedays.playbook import load_requirements
+
+    _, required, journals = _audit(tmp_path / "journals")
+    journals[0].unlink()  # its cell is now missing (and the chain names the gap)
+    matrix = coverage.build(tmp_path / "journals")
+    matrix.check(load_requirements(required))
+    page, markdown = coverage.to_html(matrix), coverage.to_markdown(matrix)
+    assert "<b>5 of 6 required cells met, 1 unmet</b>" in page
+    assert "missing: gpu.ecc at device level" in page
+    assert "**5 of 6 required cells met, 1 unmet**" in markdown
+
+
+def _crowded() -> dict[str, Any]:
+    """The flagship journal with its events crowded: detection and three moves within a
+    second of each other, the last just before the 20 s SLO deadline."""
+    journal = real_journal("flagship")
+    onset = journal["gameday"]["faults"][0]["applied_at"]
+    for result in journal["gameday"]["verifiers"]:
+        if result["verifier"] == "reshard.verify_reshard":
+            measurement = result["measurement"]
+            measurement["detected_at"] = onset + 0.3
+            measurement["moves"] = [
+                {"at": onset + at, "shard": shard, "to": f"node-1/gpu{shard}"}
+                for at, shard in ((0.5, 0), (0.7, 1), (0.9, 2), (19.4, 3))]
+    return journal
+
+
+_OVERLAPS = """(() => {
+  const svg = document.querySelector('svg.timeline');
+  const box = e => e.getBoundingClientRect();
+  const meets = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom &&
+                          b.top < a.bottom;
+  const lines = [...svg.querySelectorAll('line.guide, g.slo-deadline line')];
+  const texts = [...svg.querySelectorAll('text')];
+  const crossed = [];
+  for (const line of lines) for (const text of texts)
+    if (meets(box(line), box(text))) crossed.push(text.textContent);
+  const overlapping = list => list.filter((b, i) => list.some((o, j) => j !== i &&
+                                                              meets(b, o))).length;
+  return [lines.length, crossed,
+          overlapping([...svg.querySelectorAll('g.verifier rect')].map(box)),
+          overlapping([...svg.querySelectorAll('text.event-label')].map(box))];
+})()"""
+
+
+@pytest.mark.parametrize("journal", [real_journal("flagship"), _crowded()],
+                         ids=["flagship", "crowded"])
+def test_timeline_lines_cross_no_label_and_a_legend_names_every_mark(
+        tmp_path: Path, browser: _Browser, journal: dict[str, Any]) -> None:
+    """No dotted guide nor the SLO deadline crosses any label of the chart, no event
+    label overlaps another (the crowded run needs more lanes and puts the label next to
+    the deadline on its left), verifier boxes do not hide each other, and the legend
+    explains every mark, `•` included."""
+    report = tmp_path / "report.html"
+    report.write_text(render_html(journal, summarize(journal, path="j.json", sha256="0" * 64)))
+    browser.open(report.as_uri(), width=1400)
+    lines, crossed, stacked, overlapping = browser.evaluate(_OVERLAPS)
+    events = browser.evaluate("document.querySelectorAll('svg.timeline circle.event').length")
+    assert lines == events + 1 and events >= 4
+    assert crossed == [] and stacked == 0 and overlapping == 0
+    legend = browser.evaluate("[...document.querySelectorAll('svg.timeline g.legend-item')]"
+                              ".map(g => g.textContent)")
+    for mark in ("fault active", "SLI up / down", "RTO: onset to recovery", "SLO deadline",
+                 "when an event happened", "fault injected", "SLI went down", "alert fired",
+                 "shard moved", "✓verifier passed", "✗failed",
+                 "•recorded without a verdict"):
+        assert any(item.startswith(mark) for item in legend), (mark, legend)
+    marks = browser.evaluate("[...document.querySelectorAll('svg.timeline g.verifier text')]"
+                             ".map(t => t.textContent)")
+    assert "•" in marks and "✓" in marks
+    hidden = browser.evaluate(
+        "(() => { const svg = document.querySelector('svg.timeline').getBoundingClientRect();"
+        " return [...document.querySelectorAll('svg.timeline text')].filter(t => {"
+        " const r = t.getBoundingClientRect(); return r.left < svg.left - 1 ||"
+        " r.right > svg.right + 1; }).map(t => t.textContent); })()")
+    assert hidden == []
+    browser.screenshot(tmp_path / "timeline.png")

@@ -36,6 +36,7 @@ from gameday.errors import GamedayError
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.safety import signals
 from gameday.wire.agent_client import AgentClient
+from gameday.wire.fault_record import FaultRecordJSON
 
 __all__ = ["ExperimentRun", "FakeClock", "RunningAgent", "agent", "run_experiment"]
 
@@ -57,7 +58,7 @@ class RunningAgent:
         """The ``--var`` values that point target ``host`` at this agent."""
         return {"agent_url": self.url, "agent_token": self.token}
 
-    def active_faults(self) -> list[dict[str, Any]]:
+    def active_faults(self) -> list[FaultRecordJSON]:
         """The faults the agent holds now, as ``GET /v1/faults`` lists them."""
         return [fault.to_json() for fault in self.server.registry.faults()]
 

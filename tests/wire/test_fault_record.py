@@ -16,14 +16,8 @@ from gameday.errors import AgentError
 from gameday.evidence.ledger import FaultEntry, FaultEntryJSON, agent_inverse
 from gameday.wire.fault_record import FaultRecord, FaultRecordJSON
 from gameday.wire.protocol import REVERT_REASONS
+from tests.json_values import objects
 
-plain = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
-    | st.floats(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                               max_size=3),
-    max_leaves=8)
-objects = st.dictionaries(st.text(max_size=6), plain, max_size=4)
 seconds = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 words = st.text(max_size=12)
 

@@ -126,10 +126,9 @@ def write_journal(path: Path, journal: dict[str, Any],
         if sign_key is not None:
             replace_file(signing.signature_path(path), signing.sign(sign_key, data),
                          mode=0o600, durable=True)
-        sequence = section["sequence"]
-        new_head = ChainHead(digest, path.name, sequence)
+        new_head = ChainHead(digest, path.name, section["sequence"])
         if sign_key is not None:
-            new_head = ChainHead(digest, path.name, sequence,
+            new_head = ChainHead(digest, path.name, section["sequence"],
                                  signing.sign(sign_key, new_head.payload()))
         replace_file(head, new_head.encode(), mode=0o600, durable=True)
     finally:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gameday.agent.fault import Fault
 from gameday.errors import AgentError
-from gameday.evidence.ledger import FaultEntry, FaultEntryJSON, agent_inverse
+from gameday.evidence.ledger import FaultEntry, FaultEntryJSON, Ledger, agent_inverse
 from gameday.wire.fault_record import FaultRecord, FaultRecordJSON
 from gameday.wire.protocol import REVERT_REASONS
 from tests.json_values import objects
@@ -103,9 +103,21 @@ def test_the_agent_refuses_a_record_that_ended_for_a_reason_not_its_own() -> Non
         FaultRecord.from_json({**data, "revert_reason": 5})
 
 
-def test_a_changed_entry_is_a_new_one() -> None:
+def test_the_ledger_keeps_the_newest_copy_of_an_entry() -> None:
+    """An entry is frozen: a renewal or a revert makes a new one, which the ledger holds;
+    the entry handed out before is as it was."""
     entry = FaultEntry(id="f-1", kind="gpu.ecc", target={}, params={}, lease_s=30.0,
                        injected_at="virtual", applied_at=1.0, expires_at=31.0,
                        node="node-0", agent_url="http://127.0.0.1:9")
+    ledger = Ledger(None, "run-1")
+    ledger.record_applied(entry)
+    ledger.record_renewed("f-1", 61.0)
+    ledger.record_reverted_many([("f-1", 70.0, "lease-lost")])
+    [newest] = ledger.entries()
+    assert (newest.expires_at, newest.reverted_at, newest.revert_reason) == (
+        61.0, 70.0, "lease-lost")
+    assert newest == dataclasses.replace(entry, expires_at=61.0, reverted_at=70.0,
+                                         revert_reason="lease-lost")
+    assert (entry.expires_at, entry.active) == (31.0, True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.expires_at = 61.0  # type: ignore[misc]

@@ -35,6 +35,7 @@ from gameday.engine import session as sessions
 from gameday.engine import stops, timeouts
 from gameday.engine.judge import judge
 from gameday.errors import GamedayError
+from gameday.evidence.journal_shape import GamedaySection
 from gameday.experiment.extension import parse_extension
 from gameday.safety import signals, targetconfig
 from gameday.safety.safeguards import SafeguardWatch, interrupt_main_thread
@@ -173,11 +174,13 @@ def after_experiment_control(context: dict[str, Any], state: dict[str, Any] | No
         failures = session.close("run-ended")
     verdict = judge(state, signal_exit=signals.STATE.exit_code, revert_failures=failures,
                     error=session.breach)
-    state["gameday"] = {"run_id": session.run_id, "verdict": verdict.to_json(),
-                        "faults": [e.to_json() for e in session.ledger],
-                        "verifiers": [r.to_json() for r in session.results],
-                        "timeline": [event.to_json() for event in session.timeline],
-                        "sli": session.recorder.to_json() if session.recorder else None}
+    section: GamedaySection = {
+        "run_id": session.run_id, "verdict": verdict.to_json(),
+        "faults": [e.to_json() for e in session.ledger],
+        "verifiers": [r.to_json() for r in session.results],
+        "timeline": [event.to_json() for event in session.timeline],
+        "sli": session.recorder.to_json() if session.recorder else None}
+    state["gameday"] = section
     if not verdict.passed and state.get("status") == "completed":
         state["status"] = "failed"
 

@@ -16,7 +16,7 @@ The plugin is registered through the ``pytest11`` entry point and does nothing u
 """
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ import yaml
 
 from gameday import paths
 from gameday.errors import GamedayError
+from gameday.evidence.journal_shape import gameday_section
 
 if TYPE_CHECKING:
     from gameday.testing import ExperimentRun
@@ -155,7 +156,7 @@ class ExperimentItem(_GamedayItem):
         except GamedayError as exc:
             raise ExperimentFailed(f"gameday: {exc}") from None
         if run.exit_code != 0:
-            verdict = (run.journal.get("gameday") or {}).get("verdict") or {}
+            verdict: Mapping[str, Any] = gameday_section(run.journal).get("verdict") or {}
             reasons = "; ".join(verdict.get("reasons") or []) or run.output.strip()[-2000:]
             raise ExperimentFailed(f"exit {run.exit_code}: {reasons}")
 

@@ -1,6 +1,7 @@
 """One fault the agent applied (:class:`Fault`), and the helpers that make a batch's.
 
-A fault is immutable: a change (applied, reverted, renewed) is a new :class:`Fault`
+A fault is the record both ends share (:class:`gameday.wire.fault_record.FaultRecord`)
+and immutable: a change (applied, reverted, renewed) is a new :class:`Fault`
 (:meth:`Fault.as_applied`, :meth:`Fault.as_reverted`, :func:`dataclasses.replace`).
 Its JSON is :meth:`Fault.to_json`, encoded by whoever writes it (the state file, the
 answers) with the :mod:`json` encoder.
@@ -11,11 +12,12 @@ import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Self
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import AgentError
+from gameday.wire.fault_record import FaultRecord
 from gameday.wire.protocol import MINIMAL_FIELDS, REVERT_REASONS, Outcome, RevertReason
 
 __all__ = ["Fault", "new_fault_ids", "new_faults", "plain_details"]
@@ -25,31 +27,16 @@ _DETAILS_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
-class Fault:
-    """One fault the agent applied: what, where, under which lease, and its end.
+class Fault(FaultRecord):
+    """One fault the agent applied (a :class:`~gameday.wire.fault_record.FaultRecord`
+    whose ``revert_reason`` is one of the agent's), and how it changes.
 
-    Times are Unix epoch seconds. ``reverted_at`` and ``revert_reason`` are ``None``
-    while the fault is active. ``details`` is what the backend's ``apply`` returned.
-    The fields are never changed in place (the JSON texts cached on the fault rely
-    on it): copy with :meth:`as_applied`, :meth:`as_reverted` or
+    The fields are never changed in place (the backend's request cached on the fault
+    relies on it): copy with :meth:`as_applied`, :meth:`as_reverted` or
     :func:`dataclasses.replace`.
     """
 
-    id: str
-    kind: str
-    target: dict[str, Any]
-    params: dict[str, Any]
-    lease_s: float
-    injected_at: str
-    applied_at: float
-    expires_at: float
-    reverted_at: float | None = None
     revert_reason: RevertReason | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return self.reverted_at is None
 
     @functools.cached_property
     def request(self) -> FaultRequest:
@@ -71,38 +58,22 @@ class Fault:
         """The fault once reverted at ``now`` for ``reason``."""
         return dataclasses.replace(self, reverted_at=now, revert_reason=reason)
 
-    def to_json(self) -> dict[str, Any]:
-        """The fault as the agent API shows it (docs/agent-api.md)."""
-        return {
-            "id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
-            "lease_s": self.lease_s, "injected_at": self.injected_at,
-            "applied_at": self.applied_at, "expires_at": self.expires_at,
-            "reverted_at": self.reverted_at, "revert_reason": self.revert_reason,
-            "details": self.details,
-        }
-
     def minimal(self, outcome: Outcome) -> dict[str, Any]:
         """What a minimal answer (``Prefer: return=minimal``) shows of the fault after
         ``outcome``: the fields of :data:`~gameday.wire.protocol.MINIMAL_FIELDS`."""
-        whole = self.to_json()
+        whole: Mapping[str, Any] = self.to_json()
         return {name: whole[name] for name in MINIMAL_FIELDS[outcome]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Fault":
-        """Read a fault written by :meth:`to_json` (extra keys are ignored)."""
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """Read a fault written by :meth:`to_json` (extra keys are ignored);
+        :class:`AgentError` if it is not one, or ends for a reason not the agent's."""
         try:
             reason = data.get("revert_reason")
             if reason is not None and reason not in REVERT_REASONS:
                 raise ValueError(f"unknown revert_reason {reason!r}")
-            reverted_at = data.get("reverted_at")
-            return cls(
-                id=str(data["id"]), kind=str(data["kind"]),
-                target=dict(data.get("target") or {}), params=dict(data.get("params") or {}),
-                lease_s=float(data["lease_s"]), injected_at=str(data.get("injected_at", "")),
-                applied_at=float(data["applied_at"]), expires_at=float(data["expires_at"]),
-                reverted_at=None if reverted_at is None else float(reverted_at),
-                revert_reason=reason, details=dict(data.get("details") or {}))
-        except (KeyError, TypeError, ValueError) as exc:
+            return super().from_json(data)
+        except ValueError as exc:
             raise AgentError(f"malformed fault record {dict(data)!r}: {exc}") from None
 
 

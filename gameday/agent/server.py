@@ -413,7 +413,7 @@ def _extra_of(exc: BaseException, *, fault_inline: bool = False) -> dict[str, An
         return {"existing": exc.existing.id}
     if isinstance(exc, FaultGone):
         fault = exc.fault.to_json()
-        return fault if fault_inline else {"fault": fault}
+        return {**fault} if fault_inline else {"fault": fault}
     if isinstance(exc, Halted):
         return {"code": "halted", "halt": exc.state.to_json()}
     return {}

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gameday.evidence.journal_shape import VerdictJSON
+
 _EXCEPTION_NAME = re.compile(r"[\w.]*(Error|Exception|Failed|TimedOut|Interrupt)")
 
 EXIT_PASSED = 0
@@ -24,7 +26,7 @@ class Verdict:
     status: str
     reasons: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerdictJSON:
         return {"passed": self.passed, "exit_code": self.exit_code, "status": self.status,
                 "reasons": self.reasons}
 

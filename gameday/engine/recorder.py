@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
+from gameday.evidence.journal_shape import SliJSON
 
 __all__ = ["Channel", "Reading", "Recorder", "Sampler", "Transition", "in_flight_for"]
 
@@ -260,7 +261,7 @@ class Recorder:
             merged.append(Reading(reading.t, ok, reading.latency_s, error, reading.value))
         return merged
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SliJSON:
         """The journal's ``gameday.sli`` section: each channel and its samples
         (``[t, ok, latency_ms, error?]``: sent at ``t``, answered ``latency_ms`` later)
         and, for a value channel, its values (``[t, value]`` of each reading that read

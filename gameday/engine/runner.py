@@ -38,6 +38,7 @@ from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.journal import JournalExists, write_journal
+from gameday.evidence.journal_shape import EnvironmentJSON, GamedaySection
 from gameday.evidence.redaction import experiment_secrets, scrub
 from gameday.experiment.loader import LoadedExperiment, load_experiment
 from gameday.kinds import by_activity
@@ -161,7 +162,7 @@ def _default_journal_path(experiment_path: Path, run_id: str) -> Path:
     return paths.journals_dir() / f"{stamp}-{slug}-{run_id}.json"
 
 
-def _environment() -> dict[str, Any]:
+def _environment() -> EnvironmentJSON:
     return {"host": platform.node(), "python": platform.python_version(),
             "gameday": gameday.__version__, "chaoslib": chaoslib.__version__,
             "argv": sys.argv}
@@ -337,7 +338,7 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
                     if signals.STATE.received is not None else None)
     if verdict.status == "interrupted":
         journal["status"] = "interrupted"
-    journal["gameday"] = {
+    section: GamedaySection = {
         "version": 1, "run_id": session.run_id, "target": kind,
         "target_source": target.source if target else None,
         "experiment_file": str(options.path),
@@ -356,6 +357,7 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
         "verdict": verdict.to_json(),
         "environment": _environment(),
     }
+    journal["gameday"] = section
     journal_path = options.journal_path or _default_journal_path(options.path, session.run_id)
     journal = scrub(journal, _secrets(experiment, target))
     with signals.deferred():

@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Any
 
+from gameday.evidence.journal_shape import VerifierResultJSON
+
 
 @dataclass
 class VerifierResult:
@@ -19,6 +21,6 @@ class VerifierResult:
     name: str = ""
     at: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerifierResultJSON:
         return {"verifier": self.verifier, "name": self.name, "passed": self.passed,
                 "reason": self.reason, "measurement": self.measurement, "at": self.at}

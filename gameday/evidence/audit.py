@@ -36,6 +36,7 @@ from gameday.bounded import MAX_JSON_BYTES, read_limited
 from gameday.errors import InvalidInput
 from gameday.evidence import signing
 from gameday.evidence.journal import CHAIN_FILE, ChainHead, read_head
+from gameday.evidence.journal_shape import gameday_section
 from gameday.stats import plural
 
 MAX_JOURNALS = 1_000_000
@@ -149,11 +150,6 @@ class AuditResult:
                 "sequence": self.head.sequence, "signed": self.head_signed}
 
 
-def _section(document: dict[str, Any] | None) -> dict[str, Any]:
-    section = (document or {}).get("gameday")
-    return section if isinstance(section, dict) else {}
-
-
 def journal_facts(path: Path, trusted: Ed25519PublicKey | None) -> JournalFacts:
     """Read, hash and check one journal file (and its signature file)."""
     return read_facts(path, trusted)[0]
@@ -169,7 +165,7 @@ def read_facts(path: Path, trusted: Ed25519PublicKey | None
     except (ValueError, RecursionError):
         parsed = None
     document = parsed if isinstance(parsed, dict) else None
-    section = _section(document)
+    section = gameday_section(document)
     problem = _signature_problem(path, data, document, trusted)
     sequence = section.get("sequence")
     return JournalFacts(
@@ -358,7 +354,7 @@ def verify_tree(root: Path, trusted: Ed25519PublicKey | None = None,
 
 def _signature_problem(path: Path, data: bytes, document: dict[str, Any] | None,
                        trusted: Ed25519PublicKey | None) -> str | None:
-    declared = _section(document).get("signature")
+    declared = gameday_section(document).get("signature")
     sig_path = signing.signature_path(path)
     if not sig_path.exists():
         if declared is not None:

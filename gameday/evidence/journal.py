@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gameday.atomic import replace_file
 from gameday.errors import InvalidInput
+from gameday.evidence.journal_shape import GamedaySection
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -111,7 +112,7 @@ def write_journal(path: Path, journal: dict[str, Any],
         fcntl.flock(lock, fcntl.LOCK_EX)
         head = path.parent / CHAIN_FILE
         previous = read_head(path.parent)
-        section = journal.setdefault("gameday", {})
+        section: GamedaySection = journal.setdefault("gameday", {})
         section["previous_sha256"] = previous.sha256 if previous else None
         section["previous_journal"] = previous.journal if previous else None
         section["sequence"] = max(previous.sequence or 0, 0) + 1 if previous else 1

@@ -28,35 +28,38 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from gameday.wire.fault_record import FaultRecord, FaultRecordJSON
 
-@dataclass
-class FaultEntry:
-    """One fault as the orchestrator knows it (mirrors the agent's fault record)."""
 
-    id: str
-    kind: str
+class FaultEntryJSON(FaultRecordJSON):
+    """A ledger entry's JSON (:meth:`FaultEntry.to_json`): a fault's, with what only the
+    ledger knows, and how to undo the fault without this process (``inverse``)."""
+
     node: str
     agent_url: str
-    target: dict[str, Any]
-    params: dict[str, Any]
-    injected_at: str
-    applied_at: float
-    expires_at: float
-    lease_s: float
+    action: str
+    inverse: dict[str, str]
+    via: str
+    request_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultEntry(FaultRecord):
+    """One fault as the orchestrator knows it: the agent's record
+    (:class:`~gameday.wire.fault_record.FaultRecord`) and what only the ledger knows:
+    the node and agent it was applied through, the action that applied it, the route
+    (``via``) and the idempotency key its request carried. Frozen: the ledger holds the
+    newest copy (:meth:`Ledger.entries`)."""
+
+    node: str
+    agent_url: str
     action: str = ""
-    reverted_at: float | None = None
-    revert_reason: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
     via: str = "agent"  # or "kubernetes": applied through the API, reverted by details.inverse
     request_id: str = ""  # the idempotency key its request carried (its intent's)
-
-    @property
-    def active(self) -> bool:
-        return self.reverted_at is None
 
     @property
     def inverse(self) -> dict[str, str]:
@@ -65,7 +68,8 @@ class FaultEntry:
             return {str(k): str(v) for k, v in (self.details.get("inverse") or {}).items()}
         return agent_inverse(self.agent_url, self.id)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FaultEntryJSON:
+        """The entry as a ledger line and a journal hold it, in the order they write it."""
         return {
             "id": self.id, "kind": self.kind, "node": self.node, "agent_url": self.agent_url,
             "target": self.target, "params": self.params, "injected_at": self.injected_at,
@@ -284,7 +288,8 @@ class Ledger:
                 entry = self._entries.get(fault_id)
                 if entry is None or not entry.active:
                     continue
-                entry.reverted_at, entry.revert_reason = reverted_at, reason
+                self._entries[fault_id] = replace(entry, reverted_at=reverted_at,
+                                                  revert_reason=reason)
                 by_reason.setdefault(reason, []).append({"id": fault_id,
                                                          "reverted_at": reverted_at})
             self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1
@@ -299,7 +304,7 @@ class Ledger:
                 entry = self._entries.get(fault_id)
                 if entry is None or not entry.active:
                     continue
-                entry.expires_at = expires_at
+                self._entries[fault_id] = replace(entry, expires_at=expires_at)
                 events.append(("renewed", {"id": fault_id, "expires_at": expires_at}))
             if events:
                 self._append_many(events, sync=True)
@@ -309,7 +314,7 @@ class Ledger:
             entry = self._entries.get(fault_id)
             if entry is None or not entry.active:
                 return
-            entry.expires_at = expires_at
+            self._entries[fault_id] = replace(entry, expires_at=expires_at)
             self._append("renewed", {"id": fault_id, "expires_at": expires_at})
 
     def record_reverted(self, fault_id: str, reverted_at: float, reason: str) -> None:
@@ -317,8 +322,8 @@ class Ledger:
             entry = self._entries.get(fault_id)
             if entry is None or not entry.active:
                 return
-            entry.reverted_at = reverted_at
-            entry.revert_reason = reason
+            self._entries[fault_id] = replace(entry, reverted_at=reverted_at,
+                                              revert_reason=reason)
             self._append("reverted", {"id": fault_id, "reverted_at": reverted_at,
                                       "reason": reason})
 

@@ -12,7 +12,7 @@ proves the journal is unedited since signing, not who signed it).
 import base64
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from gameday.errors import InvalidInput
+from gameday.evidence.journal_shape import SignerJSON
 
 ALGORITHM = "ed25519"
 SUFFIX = ".sig"
@@ -82,7 +83,7 @@ def raw_public(key: Ed25519PublicKey) -> str:
     return _b64(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
 
-def declaration(key: Ed25519PrivateKey) -> dict[str, str]:
+def declaration(key: Ed25519PrivateKey) -> SignerJSON:
     """What a signed journal records about its signer (``gameday.signature``)."""
     return {"algorithm": ALGORITHM, "public_key": raw_public(key.public_key())}
 
@@ -98,7 +99,7 @@ def sign(key: Ed25519PrivateKey, data: bytes) -> bytes:
     return (json.dumps(document, sort_keys=True) + "\n").encode()
 
 
-def check(data: bytes, signature_file: bytes, declared: dict[str, Any] | None,
+def check(data: bytes, signature_file: bytes, declared: Mapping[str, Any] | None,
           trusted: Ed25519PublicKey | None) -> str | None:
     """Why a journal's signature is bad, or None when it verifies."""
     try:

@@ -10,12 +10,14 @@ import dataclasses
 import datetime
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gameday.bounded import MAX_JSON_BYTES, decode_json, read_json, read_limited
 from gameday.errors import InvalidInput
+from gameday.evidence.journal_shape import gameday_section
 
 UNKNOWN = "unknown"
 
@@ -136,15 +138,16 @@ _SLO_KEYS = (("detect_slo_s", "detect"), ("reshard_slo_s", "reshard"),
 
 def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> JournalSummary:
     """Reduce a journal (already parsed) to its summary; raise InvalidInput if it is not one."""
-    gd = journal.get("gameday")
-    if not isinstance(gd, dict) or not isinstance(gd.get("verdict"), dict):
+    gd = gameday_section(journal)
+    verdict = gd.get("verdict")
+    if not isinstance(verdict, dict):
         raise InvalidInput("not a gameday journal (no gameday.verdict section)", file=path or None)
-    extension = gd.get("extension") or {}
+    extension: Mapping[str, Any] = gd.get("extension") or {}
+    environment: Mapping[str, Any] = gd.get("environment") or {}
     coverage = extension.get("coverage") or {}
     faults = gd.get("faults") or []
     fault = str(coverage.get("fault") or (faults[0].get("kind") if faults else "") or UNKNOWN)
     layer = str(coverage.get("layer") or _layer_of(fault))
-    verdict = gd["verdict"]
     experiment = journal.get("experiment") or {}
     timeline = gd.get("timeline") or []
     ended = _epoch(journal.get("end")) or max((float(e.get("t", 0)) for e in timeline),
@@ -159,7 +162,7 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         rto_slo_s=_number((extension.get("slo") or {}).get("rto_s")),
         injected_at=tuple(sorted({str(f.get("injected_at")) for f in faults})),
         target=str(gd.get("target") or "none"), target_source=str(gd.get("target_source") or ""),
-        host=str((gd.get("environment") or {}).get("host") or ""), faults_injected=len(faults),
+        host=str(environment.get("host") or ""), faults_injected=len(faults),
         sequence=_sequence(gd.get("sequence")),
         tags=tuple(str(tag) for tag in experiment.get("tags") or () if isinstance(tag, str)))
     for result in gd.get("verifiers") or []:

@@ -10,11 +10,13 @@ measured RTO costs at scale, the environment and the journal's evidence hashes.
 
 import datetime
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gameday.contract.gpus import gpu_label
 from gameday.errors import InvalidInput
+from gameday.evidence.journal_shape import gameday_section
 from gameday.evidence.summary import JournalSummary, read_journal
 from gameday.gamedays.costs import Fleet, no_projection, project
 from gameday.report.svg import objectives_svg, timeline_svg
@@ -60,8 +62,8 @@ def _esc(value: Any) -> str:
 
 
 def _facts(journal: dict[str, Any], summary: JournalSummary) -> list[tuple[str, str]]:
-    gd = journal.get("gameday") or {}
-    extension = gd.get("extension") or {}
+    gd = gameday_section(journal)
+    extension: Mapping[str, Any] = gd.get("extension") or {}
     slo = {k: v for k, v in (extension.get("slo") or {}).items() if v is not None}
     return [
         ("experiment", summary.experiment_file or "-"),
@@ -142,7 +144,7 @@ def _no_fault(line: Timeline) -> str:
 
 
 def _faults_html(journal: dict[str, Any]) -> str:
-    faults = (journal.get("gameday") or {}).get("faults") or []
+    faults = gameday_section(journal).get("faults") or []
     rows = [_row("kind", "where", "injected at", "applied", "reverted", "reason", header=True)]
     for fault in faults:
         target = fault.get("target") or {}
@@ -187,8 +189,8 @@ def _unprojected(summary: JournalSummary, fleet: Fleet) -> str:
 
 
 def _environment_html(journal: dict[str, Any], summary: JournalSummary) -> str:
-    gd = journal.get("gameday") or {}
-    environment = dict(gd.get("environment") or {})
+    gd = gameday_section(journal)
+    environment: dict[str, Any] = dict(gd.get("environment") or {})
     argv = environment.pop("argv", None)
     rows = [_row(_esc(k), f"<code>{_esc(v)}</code>") for k, v in sorted(environment.items())]
     if argv:
@@ -235,7 +237,7 @@ def render_markdown(journal: dict[str, Any], summary: JournalSummary,
         out += ["", f"{fleet.assumptions()}."]
     else:
         out.append(_unprojected(summary, fleet) + ".")
-    environment = (journal.get("gameday") or {}).get("environment") or {}
+    environment: Mapping[str, Any] = gameday_section(journal).get("environment") or {}
     out += ["", "## Environment", ""]
     out += [f"- {k}: `{v if k != 'argv' else ' '.join(map(str, v))}`"
             for k, v in sorted(environment.items())]

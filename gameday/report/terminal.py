@@ -5,12 +5,13 @@ a file the verdict table is the same rows as aligned plain text, so logs stay gr
 """
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gameday.contract.gpus import gpu_label
+from gameday.evidence.journal_shape import gameday_section
 from gameday.report.timeline import verifier_phases
 from gameday.stats import plural
 
@@ -30,7 +31,7 @@ def _fmt_time(t: float | None, origin: float | None) -> str:
     return f"+{t - origin:.2f}s" if origin else f"{t:.2f}"
 
 
-def _verifier_row(result: dict[str, Any], phase: str) -> tuple[str, str, str]:
+def _verifier_row(result: Mapping[str, Any], phase: str) -> tuple[str, str, str]:
     m = result.get("measurement") or {}
     name = result.get("name") or result.get("verifier", "")
     if result.get("name") and result.get("verifier"):
@@ -51,7 +52,7 @@ def _verifier_row(result: dict[str, Any], phase: str) -> tuple[str, str, str]:
 def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Rows of (what, verdict, detail) for a journal with its gameday section; a
     steady-state probe's result is named with its check, "before: ..." or "after: ..."."""
-    gd = journal.get("gameday") or {}
+    gd = gameday_section(journal)
     rows: list[tuple[str, str, str]] = []
     states = journal.get("steady_states") or {}
     for phase in ("before", "after"):
@@ -74,7 +75,7 @@ def verdict_table(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
     results = gd.get("verifiers") or []
     for result, phase in zip(results, verifier_phases(journal), strict=True):
         rows.append(_verifier_row(result, phase))
-    verdict = gd.get("verdict") or {}
+    verdict: Mapping[str, Any] = gd.get("verdict") or {}
     rows.append(("run", "PASSED" if verdict.get("passed") else str(verdict.get("status",
                                                                             "")).upper(),
                  "; ".join(verdict.get("reasons") or []) or f"exit {verdict.get('exit_code')}"))

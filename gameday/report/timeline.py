@@ -8,10 +8,12 @@ Steady-state probes appear in a journal's verifier results twice, once per check
 
 import datetime
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gameday.contract.gpus import gpu_label
+from gameday.evidence.journal_shape import gameday_section
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
-def _gpu(fault: dict[str, Any]) -> str:
+def _gpu(fault: Mapping[str, Any]) -> str:
     target = fault.get("target") or {}
     node = str(fault.get("node") or "")
     return gpu_label(node, target["gpu"]) if "gpu" in target else node
@@ -126,7 +128,7 @@ def verifier_phases(journal: dict[str, Any]) -> list[str]:
             names = {str((p.get("activity") or {}).get("name")) for p in probes}
             checks[phase] = (names, min(starts), max(ends))
     phases = []
-    for result in (journal.get("gameday") or {}).get("verifiers") or []:
+    for result in gameday_section(journal).get("verifiers") or []:
         at = result.get("at")
         phases.append(next((phase for phase, (names, first, last) in checks.items()
                             if result.get("name") in names and isinstance(at, int | float)
@@ -135,10 +137,11 @@ def verifier_phases(journal: dict[str, Any]) -> list[str]:
 
 
 def build_timeline(journal: dict[str, Any]) -> Timeline:
-    gd = journal.get("gameday") or {}
+    gd = gameday_section(journal)
     faults = gd.get("faults") or []
     verifiers = gd.get("verifiers") or []
-    slo = (gd.get("extension") or {}).get("slo") or {}
+    extension: Mapping[str, Any] = gd.get("extension") or {}
+    slo = extension.get("slo") or {}
     applied = [float(f["applied_at"]) for f in faults if f.get("applied_at")]
     start = _epoch(journal.get("start"))
     end = _epoch(journal.get("end"))
@@ -149,7 +152,7 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
     origin = min(applied) if applied else start
     line = Timeline(origin=origin, start=start - origin, end=max(end, start) - origin,
                     slo_s=slo.get("rto_s"), faults_listed=len(faults))
-    verdict = gd.get("verdict") or {}
+    verdict: Mapping[str, Any] = gd.get("verdict") or {}
     if verdict.get("status") == "interrupted":
         line.interrupted = next((str(r) for r in verdict.get("reasons") or []
                                  if str(r).startswith("interrupted")), "interrupted")
@@ -174,7 +177,8 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
     return line
 
 
-def _fold_verifier(line: Timeline, result: dict[str, Any], rel: Any, phase: str) -> None:
+def _fold_verifier(line: Timeline, result: Mapping[str, Any], rel: Any, phase: str
+                   ) -> None:
     m = result.get("measurement") or {}
     verifier = str(result.get("verifier") or "")
     name = str(result.get("name") or verifier)

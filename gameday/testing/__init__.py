@@ -33,9 +33,12 @@ from gameday.clock import FakeClock
 from gameday.contract.backend import Backend
 from gameday.engine import runner
 from gameday.errors import GamedayError
+from gameday.evidence.journal_shape import VerifierResultJSON, gameday_section
+from gameday.evidence.ledger import FaultEntryJSON
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.safety import signals
 from gameday.wire.agent_client import AgentClient
+from gameday.wire.fault_record import FaultRecordJSON
 
 __all__ = ["ExperimentRun", "FakeClock", "RunningAgent", "agent", "run_experiment"]
 
@@ -57,7 +60,7 @@ class RunningAgent:
         """The ``--var`` values that point target ``host`` at this agent."""
         return {"agent_url": self.url, "agent_token": self.token}
 
-    def active_faults(self) -> list[dict[str, Any]]:
+    def active_faults(self) -> list[FaultRecordJSON]:
         """The faults the agent holds now, as ``GET /v1/faults`` lists them."""
         return [fault.to_json() for fault in self.server.registry.faults()]
 
@@ -97,14 +100,14 @@ class ExperimentRun:
     journal: dict[str, Any]
 
     @property
-    def verifiers(self) -> list[dict[str, Any]]:
+    def verifiers(self) -> list[VerifierResultJSON]:
         """The verifier results the run recorded (the journal's ``gameday.verifiers``)."""
-        return list((self.journal.get("gameday") or {}).get("verifiers") or [])
+        return list(gameday_section(self.journal).get("verifiers") or [])
 
     @property
-    def faults(self) -> list[dict[str, Any]]:
+    def faults(self) -> list[FaultEntryJSON]:
         """The faults the run applied, with when they were reverted (``gameday.faults``)."""
-        return list((self.journal.get("gameday") or {}).get("faults") or [])
+        return list(gameday_section(self.journal).get("faults") or [])
 
 
 def run_experiment(path: Path, *, home: Path, target: str | None = None,

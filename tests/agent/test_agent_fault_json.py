@@ -25,14 +25,8 @@ from gameday.contract.backend import FaultRequest
 from gameday.lab.devices import VirtualGpuBackend
 from gameday.wire.protocol import MINIMAL_FIELDS, REVERT_REASONS
 from tests.agent.agent_marker import KIND, MarkerBackend
+from tests.json_values import objects, plain
 
-plain = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
-    | st.floats(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                               max_size=3),
-    max_leaves=8)
-objects = st.dictionaries(st.text(max_size=6), plain, max_size=4)
 times = st.floats(min_value=0, max_value=2e9) | st.integers(min_value=0, max_value=2**31)
 
 

@@ -15,8 +15,11 @@ SILENT = "experiments/gpu-silent-corruption.yaml"
 
 def _pytest(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     env = cli_env(tmp)
+    # its own --basetemp: else the inner pytest reaps the outer run's oldest temporary
+    # directories, the session lab's among them
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "-o", "addopts=", *args], cwd=REPO, env=env, text=True,
+                           "-o", "addopts=", "--basetemp", str(tmp / "inner"), *args],
+                          cwd=REPO, env=env, text=True,
                           capture_output=True, timeout=600)
 
 

@@ -49,6 +49,7 @@ from gameday.errors import InvalidInput, PolicyRefused, first_line
 from gameday.kinds import catalogue as kind_specs
 from gameday.kinds.gpu import ThermalParams
 from gameday.kinds.process import KillParams, PauseParams
+from gameday.node.host.netns import route
 from gameday.node.processes import MAX_PROCESSES, command_line, compile_cmdline, process_ref
 
 __all__ = ["Policy", "default_route_interfaces", "load_policy", "namespace_interfaces"]
@@ -261,10 +262,8 @@ class Policy:
 def namespace_interfaces(netns: str) -> list[str]:
     """The names of every interface of the network namespace ``/run/netns/NETNS``;
     :class:`PolicyRefused` if it cannot be read (nothing unread is allowed)."""
-    from pyroute2 import IPRoute
-
     try:
-        with IPRoute(netns=netns) as ipr:
+        with route(netns) as ipr:
             return [str(link.get("ifname")) for link in ipr.get_links()]
     except Exception as exc:
         raise PolicyRefused(f"target.netns {netns}: cannot list its interfaces "

@@ -6,19 +6,16 @@ nftables tables ``gdnet_*``, iptables chains ``gdnet_*``).
 """
 
 import contextlib
-import ctypes
-import os
 import secrets
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+
+from gameday.node.host.netns import in_netns
 
 PREFIX = "gdnet"
-CLONE_NEWNET = 0x40000000
-_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -56,30 +53,6 @@ def netns_pair() -> Iterator[NetnsPair]:
     finally:
         sh("ip", "netns", "del", pair.a, check=False)
         sh("ip", "netns", "del", pair.b, check=False)
-
-
-def in_netns(ns: str, make: Callable[[], Any]) -> Any:
-    """Call ``make`` on a thread that entered ``ns`` (sockets made there stay there)."""
-    result: list[Any] = []
-    errors: list[BaseException] = []
-
-    def enter() -> None:
-        fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-        try:
-            if _LIBC.setns(fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), f"setns {ns}")
-            result.append(make())
-        except BaseException as exc:  # handed to the caller
-            errors.append(exc)
-        finally:
-            os.close(fd)
-
-    thread = threading.Thread(target=enter)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return result[0]
 
 
 def tcp_listener(ns: str, ip: str) -> socket.socket:

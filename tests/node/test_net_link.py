@@ -105,3 +105,53 @@ def test_an_interface_already_down_is_refused_and_left_down() -> None:
 def test_inventory_lists_links_with_state_and_mtu() -> None:
     links = {item["name"]: item for item in handlers()[0].inventory()["links"]}
     assert links["lo"]["mtu"] == 65536 and links["lo"]["state"] in ("unknown", "up")
+
+
+def test_namespace_sockets_open_without_a_fork_from_many_threads(monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """Twelve threads list a namespace's links at once while a flap schedule runs on its own
+    thread. Every listing is the namespace's own (its veth, never the host's links), no
+    thread of the caller changes namespace, and nothing forks (``os.fork`` and
+    ``multiprocessing.Process.start`` raise if called)."""
+    import multiprocessing
+    import os
+    import threading
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(multiprocessing.Process, "start", refuse)
+    host_ns = os.readlink("/proc/thread-self/ns/net")
+    with netns_pair() as pair:
+        fault = LinkFlapFault()
+        request = FaultRequest("net.link_flap", {"link": pair.link_a, "netns": pair.a},
+                               {"down_s": 0.2, "up_s": 0.2, "count": 3})
+        fault.apply("f-many", request)
+        seen: list[tuple[set[str], str]] = []
+        errors: list[BaseException] = []
+
+        def list_once() -> None:
+            try:
+                names = {str(item["name"]) for item in list_links(pair.a)}
+                seen.append((names, os.readlink("/proc/thread-self/ns/net")))
+            except BaseException as exc:
+                errors.append(exc)
+
+        try:
+            threads = [threading.Thread(target=list_once) for _ in range(12)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+        finally:
+            fault.revert("f-many", request)
+        assert errors == [] and len(seen) == 12
+        assert all(names == {"lo", pair.link_a} and ns == host_ns for names, ns in seen)
+        assert os.readlink("/proc/thread-self/ns/net") == host_ns
+        assert _admin_up(pair.a, pair.link_a)
+
+
+def test_a_namespace_that_is_gone_is_an_error_naming_it() -> None:
+    with pytest.raises(OSError, match="gdnet-none"):
+        list_links("gdnet-none")

@@ -31,6 +31,7 @@ from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION, LossParams, PartitionParams
 from gameday.node.host.base import HostFault
+from gameday.node.host.netns import route
 from gameday.node.host.netrules import (
     DropSpec,
     all_mechanisms,
@@ -50,9 +51,7 @@ IFF_UP = 0x1
 
 
 def _ipr(netns: str | None) -> Any:
-    from pyroute2 import IPRoute
-
-    return IPRoute(netns=netns) if netns else IPRoute()
+    return route(netns or None)
 
 
 def list_links(netns: str | None = None) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ method (chaoslib imports their module then).
 Timed, in one run, in ``--rounds`` turns (default 3):
 
 - fan-out: the action ``faults.gpu.ecc_error(gpu={percent: 100})`` (one activity:
-  1,024 GPUs, concurrently through :mod:`gameday.engine.session_fanout`: one batch request
+  1,024 GPUs, concurrently through :class:`gameday.engine.injector.FaultInjector`: one batch request
   per agent, ``POST /v1/faults:batch``), then ``faults.gpu.revert`` (one ``:batch-revert``
   per agent);
 - sequential: for a third of the GPUs, ``faults.gpu.ecc_error(gpu={node, index})`` then

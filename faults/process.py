@@ -132,7 +132,7 @@ def _in_container(target: Target, chosen: dict[str, Any], which: list[str],
     narrowing = _host_filters(chosen, which, filters) if which or filters else {}
     namespace = chosen["pod"].get("namespace") if isinstance(chosen["pod"], dict) else None
     if isinstance(namespace, str):  # refused before the API is asked anything
-        activity.current().check_namespace(namespace)
+        activity.current().blast_radius.check_namespace(namespace)
     container = target.resolve_container(chosen["pod"], where="process.pod")
     return container.node, {**narrowing, "cgroup": container.cgroup_pattern(),
                             "pod": container.pod_label(), "container": container.container}

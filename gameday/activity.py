@@ -37,16 +37,13 @@ from chaoslib.exceptions import ActivityFailed
 
 from gameday.engine import kubernetes_faults
 from gameday.engine import session as sessions
+from gameday.engine.fault_requests import InjectRequest
 from gameday.engine.recorder import Channel, Recorder, Sampler, Transition, in_flight_for
 from gameday.engine.session import Session
-from gameday.engine.session_fanout import InjectRequest
 from gameday.engine.verifier_result import VerifierResult
 from gameday.errors import (
-    AgentError,
-    BlastRadiusExceeded,
     GamedayError,
     InvalidInput,
-    TargetUnavailable,
     one_line,
 )
 from gameday.evidence.ledger import FaultEntry
@@ -54,6 +51,7 @@ from gameday.experiment.process_selector import FILTERS as PROCESS_FILTERS
 from gameday.experiment.process_selector import KEYS as PROCESS_KEYS
 from gameday.experiment.process_selector import check_process_selector
 from gameday.kinds import KindParams, KindSpec
+from gameday.safety import signals
 from gameday.targets.base import Target
 from gameday.targets.kubernetes.target import KubernetesTarget
 from gameday.wire.agent_client import AgentClient
@@ -197,12 +195,9 @@ def pick_node(run_target: Target, node: Any, where: str, kind: str) -> str:
 
 
 def check_nodes(run: Session, node: str) -> None:
-    """Refuse a fault that would take the run past ``blast_radius.max_nodes``."""
-    limit = run.extension.blast_radius.max_nodes
-    nodes = {entry.node for entry in run.ledger} | {node}
-    if limit is not None and len(nodes) > limit:
-        raise BlastRadiusExceeded(f"{len(nodes)} nodes would be faulted, blast_radius.max_nodes "
-                                  f"is {limit}; nothing injected")
+    """Refuse a fault on ``node`` that would take the run past ``blast_radius.max_nodes``
+    or outside the allowlist (:class:`BlastRadiusExceeded`)."""
+    run.blast_radius.check_nodes([node])
 
 
 def inject_on_node(kind: str, *, node: str | None, target: Mapping[str, Any],
@@ -218,8 +213,9 @@ def inject_on_node(kind: str, *, node: str | None, target: Mapping[str, Any],
     run_target = run.require_target()
     chosen = pick_node(run_target, node, where, kind)
     check_nodes(run, chosen)
-    return run.inject(node=chosen, kind=kind, target=dict(target), params=dict(params or {}),
-                      action=action, lease_s=lease_s)
+    [entry] = run.inject([InjectRequest(chosen, kind, dict(target), dict(params or {}))],
+                         action=action, lease_s=lease_s)
+    return entry
 
 
 def inject_on_gpus(kind: str, gpu: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
@@ -234,9 +230,9 @@ def inject_on_gpus(kind: str, gpu: Mapping[str, Any], *, params: Mapping[str, An
     Raises :class:`GamedayError` subclasses (wrap the call in :func:`failing`)."""
     run = session()
     gpus = run.require_target().resolve_gpus(gpu)
-    run.check_blast_radius(gpus)
+    run.blast_radius.check_gpus(gpus)
     checked = dict(params or {})
-    return run.inject_many([InjectRequest(g.node, kind, {"gpu": g.index}, checked) for g in gpus],
+    return run.inject([InjectRequest(g.node, kind, {"gpu": g.index}, checked) for g in gpus],
                            action=action, lease_s=lease_s)
 
 
@@ -255,22 +251,13 @@ def revert_kinds(prefix: str, reason: str = "rollback") -> int:
     return how many. Raises :class:`GamedayError` (one line naming each failure) when any
     could not be reverted."""
     run = sessions.current()
-    failures, done = [], 0
-    for entry in run.ledger.active():
-        if not entry.kind.startswith(prefix):
-            continue
-        try:
-            fault = run.require_target().agent(entry.node).revert(entry.id)
-            reverted_at = float(fault.get("reverted_at") or run.clock.now())
-            run.ledger.record_reverted(entry.id, reverted_at,
-                                       str(fault.get("revert_reason") or reason))
-            run.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
-            done += 1
-        except (AgentError, TargetUnavailable) as exc:
-            failures.append(f"{entry.kind} {entry.id} on {entry.node}: {exc}")
+    run.require_target()
+    chosen = [entry for entry in run.ledger.active()
+              if entry.kind.startswith(prefix) and entry.via == "agent"]
+    failures = run.injector.revert(chosen, reason)
     if failures:
-        raise GamedayError("could not revert: " + "; ".join(failures))
-    return done
+        raise GamedayError("could not revert: " + "; ".join(failures.values()))
+    return len(chosen)
 
 
 def revert_all() -> dict[str, Any]:
@@ -278,7 +265,8 @@ def revert_all() -> dict[str, Any]:
     run), or ``ActivityFailed`` naming each fault that could not be reverted."""
     run = sessions.current()
     before = len(run.ledger.active())
-    failures = run.revert_all("rollback")
+    name = signals.STATE.name  # rollbacks played because a signal cut the run short
+    failures = run.revert_all("rollback" if name is None else f"rollback: interrupted by {name}")
     if failures:
         raise ActivityFailed("could not revert: " + "; ".join(failures))
     return {"reverted": before}

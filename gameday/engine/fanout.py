@@ -1,7 +1,7 @@
 """Fan-out: jobs grouped by node, one batch request per node in flight, a result per job.
 
 A generic scheduler: it knows agents' exchanges and batches, not the run's session (the
-fault fan-out over it, the session's, is :mod:`gameday.engine.session_fanout`). Each
+fault fan-out over it, the run's, is :mod:`gameday.engine.injector`). Each
 node's jobs go in batches of at most 1,024 (``MAX_BATCH_ITEMS``, docs/agent-api.md), one
 after the other per node; up to ``concurrency`` nodes have a request in flight at once.
 It all runs on the calling thread, without a thread per agent: each request is sent on

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gameday.engine.session import Session
-from gameday.errors import BlastRadiusExceeded, InvalidInput, TargetUnavailable
+from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Intent
 from gameday.kube.marks import Mark
 from gameday.kube.nodes import PodRef
@@ -49,10 +49,8 @@ def mark_nodes(session: Session, kind: str, action: str, selector: Mapping[str, 
     target = kubernetes_target(session)
     names = target.resolve_nodes(dict(selector), count=params["count"])
     for name in names:
-        if not session.target_config.node_allowed(name):
-            raise BlastRadiusExceeded(f"node {name} is not in the allowlist of "
-                                      f"{session.target_config.source}; nothing injected")
-    session.check_blast_radius(target.gpus_on(names))
+        session.blast_radius.check_node(name)
+    session.blast_radius.check_gpus(target.gpus_on(names))
     lease = float(lease_s or session.extension.lease_s)
     applied = []
     for name in names:
@@ -62,7 +60,7 @@ def mark_nodes(session: Session, kind: str, action: str, selector: Mapping[str, 
                    else {"op": "untaint", "node": name, **taint})
         mark = Mark(id=f"k8s-{uuid.uuid4().hex[:16]}", kind=kind, run=session.run_id,
                     revert_by=now + lease, inverse=inverse)
-        session.intend_external(Intent(
+        session.injector.intend_external(Intent(
             request_id=mark.id, kind=kind, node=name, agent_url="", target={"node": name},
             params=dict(params), lease_s=lease, action=action, via=VIA,
             inverse=dict(mark.inverse)), _route(target))
@@ -75,7 +73,7 @@ def mark_nodes(session: Session, kind: str, action: str, selector: Mapping[str, 
             params=dict(params), injected_at="kubernetes", applied_at=now,
             expires_at=mark.revert_by, lease_s=lease, action=action,
             details={"inverse": dict(mark.inverse)}, via=VIA, request_id=mark.id)
-        session.record_external(entry, _route(target))
+        session.injector.record_external(entry, _route(target))
         applied.append({"id": entry.id, "node": name, "revert_by": mark.revert_by})
     return applied
 
@@ -104,7 +102,7 @@ def kill_pods(session: Session, kind: str, params: Mapping[str, Any],
     ``name``, ``node``, ``count`` drawn with ``seed``, ``grace_period_s``), each recorded
     as applied and reverted at once; the pods killed (``ns/pod``)."""
     target = kubernetes_target(session)
-    session.check_namespace(params["namespace"])
+    session.blast_radius.check_namespace(params["namespace"])
     pods = _pick_pods(target, params)
     editor = target.editor()
     killed = []
@@ -116,7 +114,7 @@ def kill_pods(session: Session, kind: str, params: Mapping[str, Any],
             target={"pod": pod.label()}, params=dict(params), injected_at="kubernetes",
             applied_at=now, expires_at=now, lease_s=float(lease_s or session.extension.lease_s),
             action="pod_kill", details={}, via=VIA)
-        session.record_external(entry, _route(target))
+        session.injector.record_external(entry, _route(target))
         session.ledger.record_reverted(entry.id, now, "no-inverse")
         killed.append(pod.label())
     return killed

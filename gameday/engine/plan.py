@@ -15,7 +15,7 @@ is admissible as far as it can tell (exit 0).
 """
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -26,9 +26,9 @@ from chaoslib.exceptions import ActivityFailed
 
 from gameday import paths
 from gameday.engine import session as sessions
-from gameday.engine.session_fanout import FanoutOptions, InjectRequest
+from gameday.engine.blast_radius import BlastRadius
+from gameday.engine.fault_requests import FanoutOptions, InjectRequest
 from gameday.errors import AgentError, GamedayError, InvalidInput
-from gameday.evidence.ledger import FaultEntry
 from gameday.experiment.loader import LoadedExperiment
 from gameday.kinds import KindParams, KindSpec, by_activity
 from gameday.safety.halt import halted_lines
@@ -66,23 +66,28 @@ class PreviewSession(sessions.Session):
                  target_config: TargetConfig) -> None:
         super().__init__(target=target, extension=extension, ledger_path=None,
                          target_config=target_config)
-        self.gpus: list[GpuRef] = []
+        self.collected = _CollectedRadius(self.blast_radius)
+        self.blast_radius = self.collected
+        self.gpus = self.collected.gpus
 
-    def check_blast_radius(self, new_gpus: list[GpuRef]) -> None:
-        self.gpus.extend(new_gpus)
-
-    def inject(self, *, node: str, kind: str, target: dict[str, Any], params: dict[str, Any],
-               action: str = "", lease_s: float | None = None, record: bool = True
-               ) -> FaultEntry:
-        raise _Previewed([InjectRequest(node, kind, dict(target), dict(params))], lease_s)
-
-    def inject_many(self, requests: Sequence[InjectRequest], *, action: str = "",
-                    lease_s: float | None = None, options: FanoutOptions | None = None
-                    ) -> list[FaultEntry]:
+    def inject(self, requests: Sequence[InjectRequest], *, action: str = "",
+               lease_s: float | None = None, options: FanoutOptions | None = None
+               ) -> NoReturn:
         raise _Previewed(requests, lease_s)
 
-    def record_external(self, entry: FaultEntry, route: Any) -> NoReturn:
-        raise AssertionError("a plan never applies a fault")  # Kubernetes kinds are not run
+
+class _CollectedRadius(BlastRadius):
+    """A plan's blast radius: GPUs are collected (:attr:`gpus`), to be judged once for
+    the whole plan by the radius it was made from (:attr:`whole`); the rest is checked
+    as the run would."""
+
+    def __init__(self, whole: BlastRadius) -> None:
+        super().__init__(whole.limits, whole.config, whole.ledger, whole.fleet_gpus)
+        self.whole = whole
+        self.gpus: list[GpuRef] = []
+
+    def check_gpus(self, new_gpus: Iterable[GpuRef]) -> None:
+        self.gpus.extend(new_gpus)
 
 
 @dataclass
@@ -323,7 +328,7 @@ def _kubernetes_hits(kind: KindSpec[KindParams], arguments: Mapping[str, Any], t
         return [Hit(node=name, target={"k8s": kind.name}, via="kubernetes",
                     matches={"nodes": [name]}) for name in names]
     namespace = str(arguments.get("namespace") or "")
-    session.check_namespace(namespace)
+    session.blast_radius.check_namespace(namespace)
     if arguments.get("name"):
         pods = [core.read_namespaced_pod(str(arguments["name"]), namespace)]
     else:
@@ -372,7 +377,7 @@ def _judge(loaded: LoadedExperiment, session: PreviewSession, result: Plan,
     """Blast radius and allowlist over the whole plan, and the locks held by others."""
     where = "extensions.gameday.blast_radius"
     try:
-        sessions.Session.check_blast_radius(session, session.gpus)
+        session.collected.whole.check_gpus(session.gpus)
         limit = session.extension.blast_radius.max_nodes
         nodes = result.nodes()
         if limit is not None and len(nodes) > limit:

@@ -4,7 +4,6 @@ An activity cut short by a signal is shown as interrupted (``INTR``), not failed
 the printer keeps where the run was (:attr:`ProgressPrinter.where`) for the verdict.
 """
 
-import signal
 import time
 from typing import Any, TextIO
 
@@ -89,8 +88,7 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
 
     def interruption(self) -> str:
         """``interrupted by SIGINT during method, step 1, probe 'x'`` (the first signal)."""
-        received = signals.STATE.received
-        name = signal.Signals(received).name if received is not None else "a signal"
+        name = signals.STATE.name or "a signal"
         return f"interrupted by {name} during {self.where or self._here()}"
 
     def signal_exit(self) -> None:

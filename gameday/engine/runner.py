@@ -148,7 +148,7 @@ def plan_faults(loaded: LoadedExperiment, target: Target | None,
             injected_at=kind.injected_at.get(target.kind, "?"),
             lease_s=float(arguments.get("lease_s") or session.extension.lease_s)))
     try:
-        session.check_blast_radius([g for p in planned for g in p.gpus])
+        session.blast_radius.check_gpus([g for p in planned for g in p.gpus])
     except InvalidInput as exc:
         raise InvalidInput(str(exc), file=str(loaded.path), path="extensions.gameday.blast_radius",
                            line=loaded.line_of("extensions")) from None
@@ -324,8 +324,9 @@ def _execute(loaded: LoadedExperiment, target: Target | None, session: sessions.
             except Exception as rollback_exc:
                 error += f"; rollbacks raised {rollback_exc}"
     finally:
-        with signals.deferred():
-            failures = session.close("run-ended")
+        with signals.deferred():  # each revert records why: the run ended, or its signal
+            failures = session.close(printer.interruption()
+                                     if signals.STATE.received is not None else "run-ended")
         sessions.deactivate()
     journal = journal or {"status": "failed", "experiment": experiment, "run": []}
     if error:

@@ -6,10 +6,9 @@ actions inject through it, verifiers read the fault onset and record their resul
 it, and closing it reverts everything still in the ledger.
 """
 
-import dataclasses
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,23 +17,19 @@ import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine import stops
+from gameday.engine.blast_radius import BlastRadius
+from gameday.engine.fault_requests import FanoutOptions, InjectRequest
+from gameday.engine.injector import FaultInjector
 from gameday.engine.leases import FaultRoute, LeaseRenewer
 from gameday.engine.recorder import Recorder
-from gameday.engine.session_fanout import (
-    FanoutOptions,
-    InjectRequest,
-    inject_requests,
-    revert_entries,
-)
 from gameday.engine.verifier_result import VerifierResult
-from gameday.errors import AgentError, BlastRadiusExceeded, GamedayError, TargetUnavailable
-from gameday.evidence.ledger import FaultEntry, Intent, Ledger, new_request_ids
+from gameday.errors import TargetUnavailable
+from gameday.evidence.ledger import FaultEntry, Ledger
 from gameday.experiment.extension import Extension
 from gameday.safety.alertmanager import SilenceHold
-from gameday.safety.locks import TargetLocks, target_key
+from gameday.safety.locks import TargetLocks
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target
-from gameday.wire.protocol import MAX_BATCH_ITEMS
 
 log = structlog.get_logger("gameday.engine.session")
 
@@ -80,7 +75,12 @@ class Session:
         self.silence: SilenceHold | None = None  # the extension's Alertmanager silence
         self.refused: str | None = None  # why an agent refused a fault as invalid (exit 2)
         self._doubts: list[str] = []  # why this run's outputs are no evidence (see doubt)
-        self._fleet: int | None = None
+        self.blast_radius = BlastRadius(self.extension.blast_radius, self.target_config,
+                                        self.ledger, lambda: len(self.require_target().gpus()))
+        self.injector = FaultInjector(
+            run_id=self.run_id, ledger=self.ledger, clock=clock, target=self.require_target,
+            radius=self.blast_radius, locks=self.locks, lease_s=self.extension.lease_s,
+            events=self.events, renewer=self.renewer, routes=self.routes)
 
     # -- target --------------------------------------------------------------------
     def require_target(self) -> Target:
@@ -91,240 +91,22 @@ class Session:
         return self.target
 
     # -- faults ----------------------------------------------------------------------
-    def check_blast_radius(self, new_gpus: list[GpuRef]) -> None:
-        """Refuse (before injecting) a fault that would take the run past its blast radius."""
-        limit = self.extension.blast_radius
-        touched = {(e.node, e.target.get("gpu")) for e in self.ledger if "gpu" in e.target}
-        touched |= {(g.node, g.index) for g in new_gpus}
-        nodes = {node for node, _ in touched}
-        outside = sorted(n for n in nodes if not self.target_config.node_allowed(n))
-        if outside:
-            raise BlastRadiusExceeded(
-                f"node {outside[0]} is not in the allowlist of {self.target_config.source} "
-                f"(allow.nodes: {', '.join(sorted(self.target_config.allowed_nodes or ()))}); "
-                "nothing injected")
-        if limit.max_gpus is not None and len(touched) > limit.max_gpus:
-            raise BlastRadiusExceeded(
-                f"{len(touched)} GPUs would be faulted, blast_radius.max_gpus is "
-                f"{limit.max_gpus}; nothing injected")
-        if limit.max_nodes is not None and len(nodes) > limit.max_nodes:
-            raise BlastRadiusExceeded(
-                f"{len(nodes)} nodes would be faulted, blast_radius.max_nodes is "
-                f"{limit.max_nodes}; nothing injected")
-        if limit.max_percent is not None and touched:
-            fleet = self.fleet_gpus()
-            percent = 100.0 * len(touched) / fleet if fleet else 100.0
-            if percent > limit.max_percent:
-                raise BlastRadiusExceeded(
-                    f"{len(touched)} of the fleet's {fleet} GPUs ({percent:.1f}%) would be "
-                    f"faulted, blast_radius.max_percent is {limit.max_percent:g}; "
-                    "nothing injected")
-
-    def check_namespace(self, namespace: str) -> None:
-        """Refuse (before injecting) a Kubernetes-level fault outside ``allow.namespaces``."""
-        if not self.target_config.namespace_allowed(namespace):
-            raise BlastRadiusExceeded(
-                f"namespace {namespace} is not in the allowlist of {self.target_config.source} "
-                f"(allow.namespaces: "
-                f"{', '.join(sorted(self.target_config.allowed_namespaces or ()))}); "
-                "nothing injected")
-
-    def fleet_gpus(self) -> int:
-        """How many GPUs the whole target has, from the agents' inventories (cached)."""
-        if self._fleet is None:
-            self._fleet = len(self.require_target().gpus())
-        return self._fleet
-
-    def inject(self, *, node: str, kind: str, target: dict[str, Any], params: dict[str, Any],
-               action: str = "", lease_s: float | None = None, record: bool = True
-               ) -> FaultEntry:
-        """Apply one fault through the node's agent, under a lease, and record it (unless
-        ``record`` is false: then the caller records it with :meth:`record_applied`).
-
-        The single-fault path of :meth:`inject_many`: the same admission
-        (:meth:`admit`), entry and record; one plain ``POST /v1/faults``."""
-        client = self.require_target().agent(node)
-        self.admit(node, target)
-        lease = self.lease(lease_s)
-        [request] = self.intend([InjectRequest(node, kind, target, params)], lease=lease,
-                                action=action)
-        try:
-            fault = client.inject(kind, target, params, lease, run=self.run_id,
-                                   request_id=request.request_id)
-        except AgentError as exc:
-            self.not_applied([(request, exc)])
-            raise
-        entry = self.entry(request, client.url, fault, lease=lease, action=action)
-        if record:
-            self.record_applied([entry])
-        return entry
-
-    def inject_many(self, requests: Sequence[InjectRequest], *, action: str = "",
-                    lease_s: float | None = None, options: FanoutOptions | None = None
-                    ) -> list[FaultEntry]:
-        """Apply many faults concurrently, one batch per agent, all or nothing
-        (:func:`gameday.engine.session_fanout.inject_requests`): each admitted as by
-        :meth:`inject`, all recorded with one ledger write. Returns the entries in the order
-        of ``requests``; raises :class:`gameday.engine.session_fanout.FanoutFailed` (with a
-        result per request) after rolling back, or a single request's own error."""
-        return inject_requests(self, requests, action=action, lease_s=lease_s,
-                               options=options)
-
-    def intend(self, requests: Sequence["InjectRequest"], *, lease: float, action: str = ""
-               ) -> list["InjectRequest"]:
-        """Give each request a request id and record their intents in the ledger (one
-        fsync'd write) before any of them is sent; returns the requests with their ids."""
-        target = self.require_target()
-        named = [dataclasses.replace(request, request_id=request_id) for request, request_id
-                 in zip(requests, new_request_ids(len(requests)), strict=True)]
-        urls = {node: target.agent(node).url for node in {r.node for r in named}}
-        self.ledger.record_intents([
-            Intent(request_id=r.request_id, kind=r.kind, node=r.node, agent_url=urls[r.node],
-                   target=dict(r.target), params=dict(r.params), lease_s=lease, action=action)
-            for r in named])
-        return named
-
-    def not_applied(self, failed: Sequence[tuple["InjectRequest", BaseException]]) -> None:
-        """Record failed requests as not applied: those never sent (any error but an
-        :class:`AgentError`) and those the agent refused; one without an answer (an
-        :class:`AgentError` without ``status``) stays open, for :meth:`resolve_intents`."""
-        self.ledger.record_not_applied([
-            (request.request_id, str(exc).strip().splitlines()[0] if str(exc).strip()
-             else type(exc).__name__) for request, exc in failed
-            if request.request_id and not (isinstance(exc, AgentError) and exc.status is None)])
-
-    def resolve_intents(self) -> list[str]:
-        """Ask the agents about this run's requests whose answer was never read: each is
-        reverted if the agent applied it, and refused from now on if not (one request
-        per agent and 1,024 ids); the outcome is recorded. Returns one line per request
-        left open."""
-        by_node: dict[str, list[Intent]] = {}
-        failures: list[str] = []
-        for intent in self.ledger.open_intents():
-            if intent.via == "agent":
-                by_node.setdefault(intent.node, []).append(intent)
-                continue
-            try:  # a route's revert is idempotent: it tells whether the change was there
-                reverted_at, why = self.routes[intent.via].revert(intent.entry(self.clock.now()))
-            except (GamedayError, KeyError) as exc:
-                failures.append(f"{intent.kind} request {intent.request_id} on {intent.node} "
-                                f"via {intent.via}: {exc}")
-                continue
-            held = why == "requested"
-            self.ledger.record_resolved(intent.request_id, "reverted" if held else "not_held",
-                                        intent.request_id if held else None, reverted_at)
-        chunks = [(node, intents[start:start + MAX_BATCH_ITEMS])
-                  for node, intents in by_node.items()
-                  for start in range(0, len(intents), MAX_BATCH_ITEMS)]
-        for node, intents in chunks:
-            try:
-                answers = self.require_target().agent(node).resolve_requests(
-                    [intent.request_id for intent in intents])
-            except (AgentError, TargetUnavailable) as exc:
-                failures.extend(f"{i.kind} request {i.request_id} on {node}: {exc}"
-                                for i in intents)
-                continue
-            for answer in answers:
-                fault = answer.get("fault") or {}
-                self.ledger.record_resolved(str(answer.get("request_id")),
-                                            str(answer.get("outcome")), fault.get("id"),
-                                            fault.get("reverted_at"))
-        return failures
-
-    def lease(self, lease_s: float | None = None) -> float:
-        """The lease a fault gets: ``lease_s``, else the extension's ``lease_s``."""
-        return float(lease_s or self.extension.lease_s)
-
-    def admit(self, node: str, target: Mapping[str, Any]) -> None:
-        """Before a fault is injected on ``node``/``target``: refuse a node outside the
-        allowlist (:class:`BlastRadiusExceeded`), then take the target's lock
-        (:class:`gameday.safety.locks.TargetLocked` naming the holder)."""
-        self.admit_many(node, [target])
-
-    def admit_many(self, node: str, targets: Sequence[Mapping[str, Any]]) -> None:
-        """:meth:`admit` for several targets of one node, in order: the allowlist is
-        checked once, the locks are taken together (a refused one raises
-        :class:`gameday.safety.locks.TargetLocked` with its ``index``; those before it stay
-        locked)."""
-        if not self.target_config.node_allowed(node):
-            raise BlastRadiusExceeded(f"node {node} is not in the allowlist of "
-                                      f"{self.target_config.source}; nothing injected")
-        self.locks.acquire_many([target_key(node, target) for target in targets])
-
-    @staticmethod
-    def entry(request: InjectRequest, agent_url: str, fault: Mapping[str, Any], *,
-              lease: float, action: str = "") -> FaultEntry:
-        """The ledger entry of ``request`` as the agent applied it (``fault``)."""
-        return FaultEntry(
-            id=str(fault["id"]), kind=request.kind, node=request.node, agent_url=agent_url,
-            target=dict(request.target), params=dict(request.params),
-            injected_at=str(fault.get("injected_at", "")),
-            applied_at=float(fault["applied_at"]), expires_at=float(fault["expires_at"]),
-            lease_s=lease, action=action, details=dict(fault.get("details") or {}),
-            request_id=request.request_id)
-
-    def record_applied(self, entries: Sequence[FaultEntry]) -> None:
-        """Record applied agent faults (one fsync'd ledger write), put them on the
-        timeline, and start the lease renewer."""
-        if not entries:
-            return
-        self.ledger.record_applied_many(list(entries))  # fsync'd (a fan-out wrote them)
-        self.events("fault_applied", [
-            {"id": entry.id, "kind": entry.kind, "node": entry.node, "target": entry.target,
-             "injected_at": entry.injected_at, "at": entry.applied_at} for entry in entries])
-        self.renewer.start()
-        if len(entries) == 1:
-            entry = entries[0]
-            log.info("fault applied", id=entry.id, kind=entry.kind, node=entry.node,
-                     target=entry.target, injected_at=entry.injected_at)
-
-    def intend_external(self, intent: Intent, route: FaultRoute) -> None:
-        """Record the intent of a change about to be made other than through an agent
-        (``intent.via``), which ``route`` renews and reverts (and resolves, if its
-        outcome is never recorded)."""
-        self.routes[intent.via] = route
-        self.ledger.record_intents([intent])
-
-    def record_external(self, entry: FaultEntry, route: FaultRoute) -> None:
-        """Record a fault applied other than through an agent (``entry.via``, e.g. a
-        cordon through the Kubernetes API); ``route`` renews and reverts it."""
-        self.routes[entry.via] = route
-        self.ledger.record_applied(entry)
-        self.event("fault_applied", id=entry.id, kind=entry.kind, node=entry.node,
-                   target=entry.target, injected_at=entry.injected_at, at=entry.applied_at)
-        self.renewer.start()
-
-    def _revert_routed(self, reason: str) -> list[str]:
-        failures: list[str] = []
-        for entry in [e for e in self.ledger.active() if e.via != "agent"]:
-            try:
-                reverted_at, why = self.routes[entry.via].revert(entry)
-                self.ledger.record_reverted(entry.id, reverted_at, why)
-                self.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
-            except (GamedayError, KeyError) as exc:
-                failures.append(f"{entry.kind} {entry.id} on {entry.node} via {entry.via}: "
-                                f"{exc}")
-        return failures
+    def inject(self, requests: Sequence[InjectRequest], *, action: str = "",
+               lease_s: float | None = None, options: FanoutOptions | None = None
+               ) -> list[FaultEntry]:
+        """Apply the faults ``requests`` ask for through their nodes' agents, under a
+        lease, all or nothing; one fault is a batch of one
+        (:meth:`gameday.engine.injector.FaultInjector.inject`: intend, admit, send,
+        record). Returns the ledger entries in the order of ``requests``; raises
+        :class:`gameday.engine.fault_requests.FanoutFailed` (a result per request) after
+        rolling back, or a single request's own error."""
+        return self.injector.inject(requests, action=action, lease_s=lease_s,
+                                    options=options)
 
     def revert_all(self, reason: str = "rollback") -> list[str]:
         """Revert every fault still active in the ledger, and resolve the requests whose
         answer was never read; return one line per failure."""
-        failures: list[str] = self._revert_routed(reason)
-        if self.target is not None:
-            failures += self.resolve_intents()
-        if self.target is not None and len(self.ledger.active()) > 1:  # many: concurrently
-            revert_entries(self, self.ledger.active(), reason)
-        for entry in self.ledger.active():
-            try:
-                client = self.require_target().agent(entry.node)
-                fault = client.revert(entry.id)
-                reverted_at = float(fault.get("reverted_at") or self.clock.now())
-                self.ledger.record_reverted(entry.id, reverted_at,
-                                            str(fault.get("revert_reason") or reason))
-                self.event("fault_reverted", id=entry.id, kind=entry.kind, at=reverted_at)
-            except (AgentError, TargetUnavailable) as exc:
-                failures.append(f"{entry.kind} {entry.id} on {entry.node}: {exc}")
-        return failures
+        return self.injector.revert_all(reason, agents=self.target is not None)
 
     def fault_onset(self) -> float | None:
         """When the most recent fault was applied (the agent's ``applied_at``)."""

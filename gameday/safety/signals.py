@@ -64,6 +64,11 @@ class SignalState:
     def exit_code(self) -> int | None:
         return None if self.received is None else 128 + self.received
 
+    @property
+    def name(self) -> str | None:
+        """The name of the first signal received (``SIGINT``), or None."""
+        return None if self.received is None else signal.Signals(self.received).name
+
 
 STATE = SignalState()
 

@@ -110,7 +110,9 @@ def test_a_run_with_a_client_certificate_pauses_and_resumes_through_mutual_tls(
     records = [json.loads(line) for line in agent.audit.read_text().splitlines()]
     injected = [r for r in records if r.get("method") == "POST" and r.get("status") == 201]
     assert injected and injected[0]["identity"] == "uri:spiffe://gameday.test/orchestrator"
-    assert any(r.get("method") == "DELETE" and r.get("status") == 200 for r in records)
+    reverted = [r for r in records if r.get("status") == 200 and (
+        r.get("method") == "DELETE" or r.get("path") == "/v1/faults:batch-revert")]
+    assert reverted and reverted[0]["identity"] == injected[0]["identity"]
 
 
 def test_a_run_without_a_client_certificate_is_refused_and_injects_nothing(

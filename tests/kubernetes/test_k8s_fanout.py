@@ -22,12 +22,10 @@ from chaoslib.exceptions import ActivityFailed
 import faults.gpu as gpu_faults
 from gameday.contract.backend import FaultRequest
 from gameday.engine import session as sessions
-from gameday.engine.session_fanout import (
+from gameday.engine.fault_requests import (
     FanoutFailed,
     FanoutOptions,
     InjectRequest,
-    inject_gpus,
-    inject_requests,
 )
 from gameday.errors import FaultRejected
 from gameday.evidence.ledger import open_intents
@@ -48,6 +46,8 @@ from tests.kubernetes.k8s_cluster import (
 from tests.loopback import serving
 
 NODES = [f"n{i:02d}" for i in range(32)]
+
+ECC_PARAMS = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}
 
 
 class Faulty(VirtualGpuBackend):
@@ -110,10 +110,9 @@ def test_partial_failure_reverts_what_was_applied_and_names_the_failures(fleet: 
     gone.stop(revert=True)  # an agent that dies after discovery: unreachable
     slept: list[float] = []
     with pytest.raises(FanoutFailed) as failed:
-        inject_gpus(session, gpus, kind="gpu.ecc",
-                    params={"kind": "single_bit", "count": 1, "xid": None,
-                            "corrupt_weights": False},
-                    options=FanoutOptions(concurrency=16, attempts=3, sleep=slept.append))
+        session.inject([InjectRequest(g.node, "gpu.ecc", {"gpu": g.index}, ECC_PARAMS)
+                        for g in gpus],
+                       options=FanoutOptions(concurrency=16, attempts=3, sleep=slept.append))
     report = failed.value.report
     failed_labels = {r.label(): r for r in report.failed}
     # one batch per agent, all or nothing: n07's other GPUs were not applied either
@@ -129,7 +128,7 @@ def test_partial_failure_reverts_what_was_applied_and_names_the_failures(fleet: 
     assert report.rollback_failures == []
     assert agents.active_faults() == 0
     assert len(session.ledger.entries()) == 120 and session.ledger.active() == []
-    assert {e.revert_reason for e in session.ledger.entries()} == {"requested"}
+    assert {e.revert_reason for e in session.ledger.entries()} == {"fanout-partial-failure"}
     assert slept  # the back-off went through the injected sleep
     assert str(failed.value).startswith("fan-out failed: 120 of 128 targets ok, 8 failed")
     # through the action, the same is one line
@@ -165,10 +164,9 @@ def test_an_interruption_mid_fan_out_still_records_what_was_applied(
         session = sessions.Session(target=target,
                                    ledger_path=tmp_path / "home" / "ledger.jsonl")
         with pytest.raises(signals.Interrupted):
-            inject_gpus(session, target.resolve_gpus({"percent": 100}), kind="gpu.ecc",
-                        params={"kind": "single_bit", "count": 1, "xid": None,
-                                "corrupt_weights": False},
-                        options=FanoutOptions(concurrency=4))
+            session.inject([InjectRequest(g.node, "gpu.ecc", {"gpu": g.index}, ECC_PARAMS)
+                            for g in target.resolve_gpus({"percent": 100})],
+                           options=FanoutOptions(concurrency=4))
         # nothing more was sent, and every answer in flight was read and recorded:
         # what the agents applied is what the ledger holds (i2's batch at least); the
         # requests never sent are resolved as never applied when the session closes
@@ -204,7 +202,6 @@ def hosts_target(agents: AgentFleet, silent_url: str, timeout_s: float) -> Targe
     return Target(kind="host", agents=clients, source="test")
 
 
-ECC_PARAMS = {"kind": "single_bit", "count": 1, "xid": None, "corrupt_weights": False}
 
 
 def test_an_agent_that_never_answers_times_out_is_retried_and_the_rest_rolled_back(
@@ -217,7 +214,7 @@ def test_an_agent_that_never_answers_times_out_is_retried_and_the_rest_rolled_ba
                     for node in ("h0", "h1", "hung", "h2") for g in range(2)]
         started = time.monotonic()
         with pytest.raises(FanoutFailed) as failed:
-            inject_requests(session, requests, options=FanoutOptions(backoff_s=0.01))
+            session.inject(requests, options=FanoutOptions(backoff_s=0.01))
         took = time.monotonic() - started
         report = failed.value.report
         assert {r.label() for r in report.failed} == {"hung/gpu=0", "hung/gpu=1"}
@@ -247,7 +244,7 @@ def test_an_interruption_reads_what_is_in_flight_and_gives_up_on_a_hung_agent(
                     for node in ("hung", "h0", "h1", "h2") for g in range(4)]
         started = time.monotonic()
         with pytest.raises(signals.Interrupted):
-            inject_requests(session, requests)
+            session.inject(requests)
         assert time.monotonic() - started < 3
         assert 4 <= len(session.ledger.active()) == agents.active_faults()
         unresolved = session.close()  # the hung agent's requests stay open, for cleanup

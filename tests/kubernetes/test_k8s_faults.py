@@ -90,7 +90,7 @@ def test_cordon_is_marked_recorded_and_reverted(world: Any, tmp_path: Path) -> N
     assert MARKS_ANNOTATION not in node["metadata"]["annotations"]
     events = read_ledger(tmp_path / "home" / "ledger.jsonl")
     assert [(e["kind"], e["via"], e["reason"]) for e in events] == \
-        [("k8s.node_cordon", "kubernetes", "requested")]
+        [("k8s.node_cordon", "kubernetes", "rollback")]
     # every node change was a merge patch carrying the node's resourceVersion
     assert {ct for m, _, ct in api.requests if m == "PATCH"} == {"application/merge-patch+json"}
 
@@ -135,7 +135,7 @@ def test_taint_and_refusals(world: Any) -> None:
 
 def test_blast_radius_counts_the_gpus_of_a_faulted_node(world: Any) -> None:
     api, session, _ = world
-    session.extension = Extension(blast_radius=BlastRadius(max_gpus=4))
+    session.blast_radius.limits = BlastRadius(max_gpus=4)
     with pytest.raises(ActivityFailed, match="8 GPUs would be faulted"):
         k8s_faults.node_cordon({"labels": {"pool": "train"}}, count=2)
     assert session.ledger.entries() == []
@@ -209,7 +209,7 @@ def test_the_target_allowlists_apply(world: Any) -> None:
 
     api, session, _ = world
     _workload(api)
-    session.target_config = TargetConfig(allowed_nodes=frozenset({"n1"}),
+    session.blast_radius.config = TargetConfig(allowed_nodes=frozenset({"n1"}),
                                           allowed_namespaces=frozenset({"canary"}),
                                           source="target.yaml")
     with pytest.raises(ActivityFailed, match="namespace serving is not in the allowlist"):

@@ -70,6 +70,8 @@ class _SinkProxy:
                     pass
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # shutdown wakes accept(); close() alone does not
+            self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()
         self._thread.join(timeout=5)
 

@@ -115,6 +115,11 @@ def test_signals_in_every_phase_revert_everything(signum: int, tmp_path: Path,
             assert document["status"] == "interrupted", phase
             assert document["gameday"]["verdict"]["status"] == "interrupted"
             assert all(f["reverted_at"] for f in document["gameday"]["faults"]), phase
+            why = document["gameday"]["verdict"]["reasons"][0]  # the revert says why, too
+            name = signal.Signals(signum).name
+            assert why.startswith(f"interrupted by {name} during ")
+            assert {f["revert_reason"] for f in document["gameday"]["faults"]} <= {
+                why, f"rollback: interrupted by {name}"}, phase  # never "requested"
             assert len(document["gameday"]["faults"]) == (phase != "steady-state"), phase
     finally:
         for _, proc, _, _ in runs:

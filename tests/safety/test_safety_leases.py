@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gameday.engine.fault_requests import InjectRequest
 from gameday.engine.session import Session
 from gameday.evidence.ledger import read_ledger
 from gameday.targets.base import Target
@@ -101,8 +102,8 @@ def test_renewer_rides_out_cut_connections(relay_and_agent: tuple[Relay, object]
     ledger = tmp_path / "ledger.jsonl"
     session = Session(target=Target(kind="host", agents={"node-0": client}), ledger_path=ledger)
     session.renewer.tick_s = 0.05
-    entry = session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC,
-                           lease_s=1.5)
+    [entry] = session.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 0}, ECC)],
+                             lease_s=1.5)
     started = time.monotonic()
     while time.monotonic() - started < 3.6:  # over two lease terms, with two cuts of 0.4 s
         if 1.0 < time.monotonic() - started < 1.4 or 2.4 < time.monotonic() - started < 2.8:
@@ -116,7 +117,7 @@ def test_renewer_rides_out_cut_connections(relay_and_agent: tuple[Relay, object]
     assert len(renewals) >= 3
     assert session.close() == [] and server.registry.faults() == []
     [state] = read_ledger(ledger)
-    assert state["reason"] == "requested"
+    assert state["reason"] == "rollback"  # the orchestrator asked: its reason
 
 
 def test_renewer_survives_an_unexpected_error(relay_and_agent: tuple[Relay, object],
@@ -136,8 +137,8 @@ def test_renewer_survives_an_unexpected_error(relay_and_agent: tuple[Relay, obje
         return real_renew(fault_id, lease_s)
 
     client.renew = renew_once_broken  # type: ignore[method-assign]
-    entry = session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1}, params=ECC,
-                           lease_s=2)
+    [entry] = session.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 1}, ECC)],
+                             lease_s=2)
     time.sleep(2.0)
     assert calls["n"] >= 3 and [f.id for f in server.registry.faults()] == [entry.id]
     assert session.close() == []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gameday.engine.fault_requests import InjectRequest
 from gameday.engine.session import Session
-from gameday.engine.session_fanout import InjectRequest
 from gameday.errors import BlastRadiusExceeded
 from gameday.evidence.ledger import append_event, open_intents, read_ledger
 from gameday.experiment.extension import BlastRadius, Extension
@@ -101,10 +101,9 @@ def test_two_sessions_cannot_fault_the_same_gpu(tmp_path: Path) -> None:
         ledger = tmp_path / "home" / "ledger.jsonl"
         one = Session(target=target_of(servers), ledger_path=ledger)
         two = Session(target=target_of(servers), ledger_path=ledger)
-        one.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1}, params=ECC, lease_s=5)
+        one.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 1}, ECC)], lease_s=5)
         with pytest.raises(TargetLocked, match=f"run {one.run_id} "):
-            two.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1}, params=ECC,
-                       lease_s=5)
+            two.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 1}, ECC)], lease_s=5)
         assert len(active(servers)) == 1  # refused before the agent was asked
         assert one.close() == [] and two.close() == []
         assert active(servers) == []
@@ -117,17 +116,17 @@ def test_blast_radius_percent_and_allowlist(tmp_path: Path) -> None:
                           target_config=TargetConfig(allowed_nodes=frozenset({"node-1"}),
                                                      allowed_namespaces=frozenset({"canary"}),
                                                      source="prod.yaml"))
-        session.check_namespace("canary")
+        session.blast_radius.check_namespace("canary")
         with pytest.raises(BlastRadiusExceeded, match="namespace prod is not in the allowlist"):
-            session.check_namespace("prod")
+            session.blast_radius.check_namespace("prod")
         two = [GpuRef("node-1", 0), GpuRef("node-1", 1)]
-        session.check_blast_radius(two)  # 25 % of 8
+        session.blast_radius.check_gpus(two)  # 25 % of 8
         with pytest.raises(BlastRadiusExceeded, match=r"3 of the fleet's 8 GPUs \(37.5%\)"):
-            session.check_blast_radius([*two, GpuRef("node-1", 2)])
+            session.blast_radius.check_gpus([*two, GpuRef("node-1", 2)])
         with pytest.raises(BlastRadiusExceeded, match="node node-0 is not in the allowlist"):
-            session.check_blast_radius([GpuRef("node-0", 0)])
+            session.blast_radius.check_gpus([GpuRef("node-0", 0)])
         with pytest.raises(BlastRadiusExceeded, match=r"allowlist of prod\.yaml"):
-            session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC)
+            session.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 0}, ECC)])
         assert active(servers) == []
 
 
@@ -135,8 +134,8 @@ def test_ledger_records_agent_lease_and_inverse(tmp_path: Path) -> None:
     with virtual_agents(tmp_path, nodes=1) as servers:
         ledger = tmp_path / "ledger.jsonl"
         session = Session(target=target_of(servers), ledger_path=ledger)
-        entry = session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC,
-                               lease_s=7)
+        [entry] = session.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 0}, ECC)],
+                                 lease_s=7)
         [intent, applied] = [json.loads(line) for line in ledger.read_text().splitlines()]
         assert intent["event"] == "intent" and intent["agent_url"] == servers["node-0"].url
         [request] = intent["requests"]
@@ -166,9 +165,8 @@ def test_cleanup_reverts_what_a_dead_run_left_and_is_idempotent(tmp_path: Path) 
             for name, s in servers.items()))
         dead = Session(target=target_of(servers), ledger_path=home / "ledger.jsonl")
         for gpu in (0, 1):
-            dead.inject(node="node-0", kind="gpu.ecc", target={"gpu": gpu}, params=ECC,
-                        lease_s=60)
-        dead.inject_many([InjectRequest(node, "gpu.ecc", {"gpu": gpu}, ECC)
+            dead.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": gpu}, ECC)], lease_s=60)
+        dead.inject([InjectRequest(node, "gpu.ecc", {"gpu": gpu}, ECC)
                           for node, gpus in (("node-0", (2, 3)), ("node-1", (0, 1, 2)))
                           for gpu in gpus], lease_s=60)
         events = [json.loads(line) for line in (home / "ledger.jsonl").read_text().splitlines()]
@@ -195,7 +193,7 @@ def test_cleanup_leaves_live_runs_alone_and_fails_on_unknown_agents(tmp_path: Pa
     with virtual_agents(tmp_path, nodes=1) as servers:
         ledger = tmp_path / "home" / "ledger.jsonl"
         live = Session(target=target_of(servers), ledger_path=ledger)
-        live.inject(node="node-0", kind="gpu.ecc", target={"gpu": 2}, params=ECC, lease_s=30)
+        live.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 2}, ECC)], lease_s=30)
         report = cleanup(ledger, lab_dir=None, config=TargetConfig())
         assert report.exit_code == 0 and len(report.skipped) == 1
         assert f"run still alive: run {live.run_id}" in report.skipped[0]

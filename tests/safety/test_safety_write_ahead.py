@@ -17,6 +17,8 @@ from pathlib import Path
 
 from bench.late_agent import HoldingProxy, LateBackend, experiment
 from gameday.agent.server import AgentServer
+from gameday.engine.fanout import FanoutOptions
+from gameday.engine.fault_requests import InjectRequest
 from gameday.engine.session import Session
 from gameday.errors import AgentError
 from gameday.evidence.ledger import open_intents
@@ -88,19 +90,20 @@ def test_a_run_killed_while_the_agent_applies_is_resolved_as_reverted(tmp_path: 
         assert again.stdout.strip() == "cleanup: nothing to revert", again.stdout
 
 
-#: An orchestrator that injects one fault with a single POST /v1/faults (the path of
-#: node, process and storage faults): agent URL argv[1], token argv[2], ledger argv[3].
+#: An orchestrator that injects one fault (a batch of one, the path of node, process and
+#: storage faults): agent URL argv[1], token argv[2], ledger argv[3].
 SINGLE = """
 import sys
 from pathlib import Path
 from gameday.wire.agent_client import AgentClient
+from gameday.engine.fault_requests import InjectRequest
 from gameday.engine.session import Session
 from gameday.targets.base import Target
 client = AgentClient(sys.argv[1], sys.argv[2], timeout_s=60)
 session = Session(target=Target(kind="host", agents={"node-0": client}, source="t"),
                   ledger_path=Path(sys.argv[3]))
-session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 1},
-               params={"kind": "single_bit", "count": 1}, lease_s=120)
+session.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 1},
+                              {"kind": "single_bit", "count": 1})], lease_s=120)
 """
 
 
@@ -186,8 +189,8 @@ def test_a_run_that_lives_resolves_its_unanswered_requests_when_it_closes(
         session = Session(target=Target(kind="host", agents={"node-0": client}, source="t"),
                           ledger_path=tmp_path / "ledger.jsonl")
         try:
-            session.inject(node="node-0", kind="gpu.ecc", target={"gpu": 0}, params=ECC,
-                           lease_s=60)
+            session.inject([InjectRequest("node-0", "gpu.ecc", {"gpu": 0}, ECC)], lease_s=60,
+                           options=FanoutOptions(attempts=1))
         except AgentError as exc:
             assert exc.status is None  # no answer in time
         else:

@@ -4,6 +4,8 @@
 - ``verifiers.rto``: ``measure_recovery`` (time to detect, time to recover, RTO);
 - ``verifiers.rpo``: ``checkpoint_loss``, ``stream_loss`` (work lost: RPO);
 - ``verifiers.prediction_hash``: ``matches_golden``, ``verify_predictions``, ``save_golden``;
+- ``verifiers.throughput``: ``degradation`` (the throughput a fault cost while the job
+  stayed up: slowdown, time back to pace, work lost);
 - ``verifiers.reshard``: ``verify_reshard`` (self-healing re-shard off a faulted GPU);
 - ``verifiers.replacement``: ``verify_replacement`` (self-healing as any controller does
   it: the faulted replica, pod or process replaced by a new healthy one).
@@ -19,7 +21,7 @@ __all__ = ["ACTIVITY_MODULES", "discover"]
 
 ACTIVITY_MODULES = ("verifiers.steady", "verifiers.rto", "verifiers.rpo",
                     "verifiers.prediction_hash", "verifiers.reshard",
-                    "verifiers.replacement")
+                    "verifiers.replacement", "verifiers.throughput")
 
 
 def discover(discover_system: bool = True) -> dict[str, Any]:

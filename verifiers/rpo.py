@@ -23,12 +23,11 @@ from typing import Any
 from gameday.activity import current, fail, record
 from gameday.errors import GamedayError
 from gameday.integrations.progress import PATTERNS as INTEGRATION_PATTERNS
-from gameday.promql import PromQL, PromQLError, Series, series_key
+from gameday.promql import PromQL, Series, series_key
 from verifiers._promql import prometheus_url_of
 from verifiers.checkpoints import Checkpoint, StoreHistory
-from verifiers.joblog import read_log_lines
+from verifiers.progress import fault_onset, log_series, one_series, recorded_progress
 from verifiers.redis_streams import GroupBacklog, group_backlog
-from verifiers.sli import PROGRESS_CHANNEL, progress_spec
 
 __all__ = ["checkpoint_loss", "stream_loss"]
 
@@ -289,45 +288,10 @@ def assess_checkpoint_loss(progress: Series, onset: float, *, gap_s: float,
         sources=dict(sources or {}), resumed_behind_durable=behind)
 
 
-def _one_series(client: PromQL, query: str, start: float, end: float, step_s: float,
-                name: str) -> Series | None:
-    found = client.range(query, start, end, step_s)
-    if len(found) > 1:
-        raise PromQLError(f"{name} {query!r} returned {len(found)} series "
-                          f"({found[0].key}, {found[1].key}, ...); aggregate it to one, "
-                          f"e.g. max({query})")
-    return found[0] if found else None
-
-
-def _onset(kind: str | None) -> float | None:
-    session = current()
-    if kind is None:
-        return session.fault_onset()
-    times = [entry.applied_at for entry in session.ledger.entries() if entry.kind == kind]
-    return max(times, default=None)
-
-
 def _number(value: float) -> str:
     if math.isinf(value):
         return "unbounded"
     return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
-
-
-def _log_series(spec: Mapping[str, Any], name: str, *, step: bool = True) -> Series:
-    """The lines of the job log ``spec`` names (``{"path", "pattern", "tz"}``) as a
-    series of (time, step); with ``step`` False, lines need only a time (value 0 where
-    they name no step)."""
-    if not isinstance(spec, Mapping) or not {"path", "pattern"} <= set(spec) or \
-            not set(spec) <= {"path", "pattern", "tz"}:
-        raise GamedayError(f'{name} must be {{"path": FILE, "pattern": REGEX}} and '
-                           f'optionally "tz": ZONE')
-    tz = spec.get("tz")
-    try:
-        lines = read_log_lines(str(spec["path"]), str(spec["pattern"]),
-                               tz=None if tz is None else str(tz), step_required=step)
-    except GamedayError as exc:
-        raise GamedayError(f"{name}: {exc}") from None
-    return Series({}, tuple((line.t, float(line.step or 0)) for line in lines))
 
 
 def _store_evidence(store: StoreHistory) -> dict[str, Any]:
@@ -354,26 +318,6 @@ def _restarts_seen(expression: Series | None, lines: Series | None, onset: float
             previous = value
     logged = sum(t >= onset for t, _ in lines.samples) if lines is not None else 0
     return max(changes, logged)
-
-
-def _recorded_progress(spec: Mapping[str, Any]) -> tuple[Series, float]:
-    """The run recorder's readings of the progress endpoint ``spec`` names, as a series,
-    and the channel's sampling interval (the resolution of each reading)."""
-    wanted = progress_spec(spec, "progress_http")
-    recorder = current().recorder
-    channel = None
-    if recorder is not None:
-        channel = next((c for c in recorder.channels if c.name == PROGRESS_CHANNEL
-                        and c.describe == wanted.describe()), None)
-    if recorder is None or channel is None:
-        raise GamedayError(
-            f"progress_http: the run's SLI recorder does not sample {wanted.url} "
-            f"({wanted.field}); give the gameday control sli: {{progress: {{url: "
-            f"{wanted.url}, field: {wanted.field}}}}} so progress is on the timeline "
-            f"from before the fault")
-    readings = recorder.readings(channel.name)
-    return Series({}, tuple((r.t, r.value) for r in readings if r.value is not None)), \
-        channel.interval_s
 
 
 def _verdict(lost: Bound, slo: float | None) -> bool | None:
@@ -483,7 +427,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
         if progress_log is None and progress is None and progress_http is None:
             raise GamedayError("needs progress (PromQL), progress_log or progress_http")
         if progress_http is not None and progress_log is None:
-            _, resolution_s = _recorded_progress(progress_http)
+            _, resolution_s = recorded_progress(progress_http)
         taken = progress_log is not None or progress_http is not None
         if any(query for query in (None if taken else progress, durable
                                    if checkpoints is None else None,
@@ -492,7 +436,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
             measurement["prometheus_url"] = client.url
     except GamedayError as exc:
         fail(verifier, f"checkpoint_loss: {exc}", measurement)
-    onset = _onset(fault_kind)
+    onset = fault_onset(fault_kind)
     if onset is None:
         fail(verifier, "checkpoint_loss needs a fault onset: no fault"
                        + (f" of kind {fault_kind}" if fault_kind else "")
@@ -528,12 +472,12 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                 if query is None:
                     return None
                 assert client is not None
-                return _one_series(client, query, start, end, resolution_s, name)
+                return one_series(client, query, start, end, resolution_s, name)
 
             if store is not None:
                 store.observe(clock.now())
-            last = (_log_series(progress_log, "progress_log") if progress_log
-                    else _recorded_progress(progress_http)[0] if progress_http
+            last = (log_series(progress_log, "progress_log") if progress_log
+                    else recorded_progress(progress_http)[0] if progress_http
                     else ranged(progress, "progress"))
             restarts: list[tuple[float, str]] = []
             expression = ranged(restart, "restart")
@@ -541,7 +485,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
             if changed is not None:
                 restarts.append((changed, "restart expression changed"))
             restart_lines = (None if restart_log is None else
-                             _log_series(restart_log, "restart_log", step=False))
+                             log_series(restart_log, "restart_log", step=False))
             if restart_lines is not None:
                 lines = [t for t, _ in restart_lines.samples if t >= onset]
                 if lines:
@@ -552,7 +496,7 @@ def checkpoint_loss(progress: str | None = LAB_PROGRESS, durable: str | None = L
                     last, onset, gap_s=gap_s, resolution_s=resolution_s,
                     exact=progress_log is not None, step_every=step_every,
                     durable=None if checkpoints else ranged(durable, "durable"),
-                    resumed=(_log_series(resumed_log, "resumed_log") if resumed_log
+                    resumed=(log_series(resumed_log, "resumed_log") if resumed_log
                              else ranged(resumed, "resumed")),
                     restarts=restarts, durable_as_of=durable_as_of if store else None,
                     sources=sources, resume_lines=resumed_log is not None)
@@ -692,7 +636,7 @@ def _redis_stream_loss(spec: Mapping[str, Any], slo: float | None, *, fault_kind
     measurement: dict[str, Any] = {"redis": dict(spec), "slo_messages": slo}
     if not isinstance(spec, Mapping) or not {"url", "stream", "group"} <= set(spec):
         fail(verifier, 'stream_loss: redis must be {"url", "stream", "group"}', measurement)
-    onset = _onset(fault_kind)
+    onset = fault_onset(fault_kind)
     if onset is None:
         fail(verifier, "stream_loss needs a fault onset: no fault was applied in this "
                        "session", measurement)
@@ -788,7 +732,7 @@ def stream_loss(accepted: str | None = None, committed: str | None = None,
     except GamedayError as exc:
         fail(verifier, f"stream_loss: {exc}", measurement)
     measurement["prometheus_url"] = client.url
-    onset = _onset(fault_kind)
+    onset = fault_onset(fault_kind)
     if onset is None:
         fail(verifier, "stream_loss needs a fault onset: no fault was applied in this "
                        "session", measurement)

@@ -19,6 +19,7 @@ from gameday.errors import AgentError, InvalidInput
 from gameday.safety.targetconfig import load_target_config, parse_target_config
 from tests.agent.pki import Pki, loopback_san
 from tests.conftest import BIN, REPO, cli_env
+from tests.host_agent import host_agent
 
 TOKEN = "3f0a6c9e2b5d48e1a7c3f9b2d6e0a4c8f1b5d9e3a7c1f5b9d3e7a1c5f9b3d7e1"
 
@@ -46,28 +47,16 @@ def agent(tmp_path: Path) -> Iterator[MtlsAgent]:
         [x509.UniformResourceIdentifier("spiffe://gameday.test/orchestrator")])
     marker = f"gdmtls-sleeper-{tmp_path.name}"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker])
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump({"kinds": ["process.pause"],
-                                      "processes": {"cmdline": [marker]}, "max_active": 4}))
+    policy = {"kinds": ["process.pause"], "processes": {"cmdline": [marker]}, "max_active": 4}
     audit = tmp_path / "audit.jsonl"
-    proc = subprocess.Popen(
-        [str(BIN / "gameday"), "agent", "serve", "--backend", "host", "--listen",
-         "127.0.0.1:0", "--token-file", str(token), "--state-dir", str(tmp_path / "state"),
-         "--node", "gdmtls-host", "--policy", str(policy), "--tls-cert", str(cert),
-         "--tls-key", str(key), "--tls-client-ca", str(pki.ca_pem), "--audit-log", str(audit)],
-        cwd=REPO, env=cli_env(tmp_path), text=True, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "agent listening on https://127.0.0.1:" in line, line
-        yield MtlsAgent(line.split()[-1], pki, client_cert, client_key, audit, sleeper)
+        with host_agent(tmp_path, TOKEN, policy, "--tls-cert", str(cert), "--tls-key",
+                        str(key), "--tls-client-ca", str(pki.ca_pem), "--audit-log",
+                        str(audit), node="gdmtls-host") as (url, proc):
+            assert url.startswith("https://127.0.0.1:"), url
+            yield MtlsAgent(url, pki, client_cert, client_key, audit, sleeper)
+        assert proc.returncode == 0
     finally:
-        proc.terminate()
-        assert proc.wait(10) == 0
         sleeper.kill()
         sleeper.wait(5)
 

@@ -101,7 +101,7 @@ def test_gameday_run_writes_the_named_shape(tmp_path: Path, node: testing.Runnin
     assert set(section) == keys(GamedaySection)  # every key: the run's, the chain's, signed
     [fault] = section["faults"]
     assert (fault["kind"], fault["via"], fault["revert_reason"]) == (
-        "example.maintenance", "agent", "requested")
+        "example.maintenance", "agent", "rollback")  # the experiment's rollbacks asked
     assert len(section["verifiers"]) == 3
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from gameday.node.host.net import LinkFlapFault, list_links
 from gameday.wire.agent_client import AgentClient
-from tests.conftest import BIN, REPO, cli_env
+from tests.host_agent import host_agent
 from tests.node.net_support import leftovers, netns_pair, sh, tcp_connects, tcp_listener
 
 TOKEN = "951b2732720eaddc44c505d789104476bb3092e2cb462313e12aaa96ab52062b"
@@ -24,25 +24,11 @@ pytestmark = pytest.mark.skipif(LinkFlapFault().unavailable() is not None,
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[AgentClient, subprocess.Popen[str]]]:
     assert leftovers() == []
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("kinds: [net.link_flap, net.loss, net.partition]\ninterfaces: ['*']\n")
-    proc = subprocess.Popen(
-        [str(BIN / "gameday"), "agent", "serve", "--backend", "host", "--listen",
-         "127.0.0.1:0", "--token-file", str(token), "--state-dir", str(tmp_path / "state"),
-         "--node", "gdnet-host", "--policy", str(policy)], cwd=REPO, env=cli_env(tmp_path),
-        text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    policy = {"kinds": ["net.link_flap", "net.loss", "net.partition"], "interfaces": ["*"]}
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "agent listening on" in line, line
-        yield AgentClient(line.split()[-1], TOKEN), proc
+        with host_agent(tmp_path, TOKEN, policy, node="gdnet-host") as (url, proc):
+            yield AgentClient(url, TOKEN), proc
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.wait(10)
         assert leftovers() == []
 
 

@@ -68,7 +68,8 @@ def test_discovery_lists_every_verifier() -> None:
         ("verifiers.prediction_hash", "verify_predictions"),
         ("verifiers.prediction_hash", "save_golden"),
         ("verifiers.reshard", "verify_reshard"),
-        ("verifiers.replacement", "verify_replacement")}
+        ("verifiers.replacement", "verify_replacement"),
+        ("verifiers.throughput", "degradation")}
 
 
 def test_chaoslib_validates_the_arguments() -> None:

@@ -80,8 +80,13 @@ $(KSTAMP):
 demo: demo-debs $(LAB_STAMP) bytecode
 	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab --html
 
+# the suite on TEST_WORKERS pytest-xdist workers (its tests mostly wait on real
+# processes, servers and signals, so more workers than this machine's 2 cores); each
+# module stays on one worker (its lab started once); what a test leaves on the host is
+# named by its worker (tests/node/net_support.py); TEST_WORKERS=0: one process
+TEST_WORKERS ?= 3
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: debs $(LAB_STAMP) bytecode
 	$(PY) bench/run_overhead.py

@@ -1,11 +1,14 @@
 """Helpers of the network fault tests: namespaces joined by a veth pair, sockets made
 inside a namespace, and a check that nothing of ours is left behind.
 
-Everything is named with the ``gdnet`` prefix (namespaces ``gdnet-*``, veths ``gdn*``,
-nftables tables ``gdnet_*``, iptables chains ``gdnet_*``).
+Everything is named with this test process's prefix, ``gdnet`` and :data:`RUN`
+(namespaces ``gdnetRUN-*``, veths ``gdnRUN*``, nftables tables and iptables chains
+``gdnetRUN_*``), so that the suite's parallel workers (``make test``) never read each
+other's live namespaces as their own leftovers.
 """
 
 import contextlib
+import os
 import secrets
 import socket
 import subprocess
@@ -15,7 +18,9 @@ from dataclasses import dataclass
 
 from gameday.node.host.netns import in_netns
 
-PREFIX = "gdnet"
+#: This process's part of every name (three hex digits of its pid).
+RUN = f"{os.getpid() % 4096:03x}"
+PREFIX = f"gdnet{RUN}"
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -38,7 +43,8 @@ class NetnsPair:
 def netns_pair() -> Iterator[NetnsPair]:
     tag = secrets.token_hex(3)
     octet = int(tag[:2], 16) % 250 + 1
-    pair = NetnsPair(f"{PREFIX}-a-{tag}", f"{PREFIX}-b-{tag}", f"gdna{tag}", f"gdnb{tag}",
+    pair = NetnsPair(f"{PREFIX}-a-{tag}", f"{PREFIX}-b-{tag}", f"gdn{RUN}a{tag}",
+                     f"gdn{RUN}b{tag}",
                      f"10.213.{octet}.1", f"10.213.{octet}.2")
     try:
         sh("ip", "netns", "add", pair.a)
@@ -120,7 +126,7 @@ def leftovers() -> list[str]:
              if line.startswith(PREFIX)]
     found += [f"link {line.split(':')[1].strip()}"
               for line in sh("ip", "-o", "link", "show").stdout.splitlines()
-              if line.split(":")[1].strip().split("@")[0].startswith("gdn")]
+              if line.split(":")[1].strip().split("@")[0].startswith(f"gdn{RUN}")]
     found += [f"nft {line}" for line in sh("nft", "list", "tables").stdout.splitlines()
               if f" {PREFIX}_" in line]
     for table in ("filter", "nat"):

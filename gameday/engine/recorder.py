@@ -121,14 +121,18 @@ class Recorder:
         """Sample ``channel`` once now and keep the reading."""
         return self._finish(channel, self._send(channel))
 
-    def _send(self, channel: Channel) -> float:
+    def _send(self, channel: Channel) -> tuple[float, float]:
+        """Stamp a sample's send: its time, and the monotonic clock its latency is
+        measured from (here, not when a pool thread picks it up: a sample that waits for
+        a thread has waited for its answer, so its arrival is never placed early)."""
         with self._lock:
             t = self.clock.now()
+            began = self.clock.monotonic()
             channel.pending.append(t)
-        return t
+        return t, began
 
-    def _finish(self, channel: Channel, t: float) -> Reading:
-        began = self.clock.monotonic()
+    def _finish(self, channel: Channel, sent: tuple[float, float]) -> Reading:
+        t, began = sent
         value: float | None = None
         try:
             answer = channel.sampler()

@@ -77,6 +77,29 @@ def test_a_sampler_that_raises_is_a_failed_reading() -> None:
                                                           "RuntimeError: boom")
 
 
+def test_an_answer_that_waited_for_a_thread_is_placed_when_it_arrived() -> None:
+    """The recorder stamps a sample when it is sent, then a pool thread asks; on a busy
+    machine the thread can start late. The reading's arrival (``done_at``) is measured
+    from the send, so it is never placed before the answer really came back (an RTO
+    stated too early, under load, before this). The pool's late start is made here by
+    the clock moving on between the two halves of a sample."""
+    clock = FakeClock()
+    answered: list[float] = []
+
+    def sampler() -> tuple[bool, str]:
+        clock.sleep(0.01)  # the answer's own round trip
+        answered.append(clock.now())
+        return True, ""
+
+    recorder = Recorder([Channel("x", "x", sampler)], clock=clock)
+    channel = recorder.channel()
+    sent = recorder._send(channel)
+    clock.sleep(0.25)  # the pool thread starts late
+    reading = recorder._finish(channel, sent)
+    assert reading.t == 1_000_000.0 and reading.done_at >= answered[0]
+    assert reading.latency_s == pytest.approx(0.26)
+
+
 def test_background_recorder_measures_a_real_outage_window(model: ModelServer) -> None:
     session = new_session()
     session.recorder = Recorder(sli_channels({"http": f"{model.url}/predict",

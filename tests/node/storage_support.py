@@ -3,6 +3,7 @@ check that nothing of ours is left behind (FUSE mounts under a directory, cgroup
 our prefix, fault filesystem or hog processes)."""
 
 import os
+import time
 from pathlib import Path
 
 from gameday.node.cgroups import PREFIX_ENV, detect
@@ -39,7 +40,22 @@ def assert_nothing_left(directory: Path, *, allowed_mounts: tuple[Path, ...] = (
     mounts = [m for m in fuse_mounts(directory) if m not in allowed_mounts]
     assert mounts == [], f"FUSE mounts left: {mounts}"
     assert our_cgroups() == [], f"cgroups left: {our_cgroups()}"
-    assert our_processes(str(directory) + "/gdsto-") == [], "fault filesystem processes left"
+    marker = str(directory) + "/gdsto-"
+    deadline = time.monotonic() + 5.0  # one still exiting on a loaded machine may go
+    while (left := our_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == [], f"fault filesystem processes left: {_cmdlines(left)}"
+
+
+def _cmdlines(pids: list[int]) -> list[str]:
+    found = []
+    for pid in pids:
+        try:
+            found.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes()
+                         .replace(b"\0", b" ").decode(errors="replace")[:200])
+        except OSError:
+            found.append(f"{pid}: gone")
+    return found
 
 
 __all__ = ["PREFIX", "PREFIX_ENV", "assert_nothing_left", "our_cgroups", "our_processes"]

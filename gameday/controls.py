@@ -171,7 +171,7 @@ def after_experiment_control(context: dict[str, Any], state: dict[str, Any] | No
         return
     session = _owned[-1]
     with signals.deferred():
-        failures = session.close("run-ended")
+        failures = session.close(_why_ended(state))
     verdict = judge(state, signal_exit=signals.STATE.exit_code, revert_failures=failures,
                     error=session.breach)
     section: GamedaySection = {
@@ -183,6 +183,15 @@ def after_experiment_control(context: dict[str, Any], state: dict[str, Any] | No
     state["gameday"] = section
     if not verdict.passed and state.get("status") == "completed":
         state["status"] = "failed"
+
+
+def _why_ended(state: dict[str, Any]) -> str:
+    """The reason the run's last reverts record: the signal that interrupted it (the
+    toolkit may have caught it first: then only that it was interrupted), or
+    ``run-ended``."""
+    if signals.STATE.name is not None:
+        return f"interrupted by {signals.STATE.name}"
+    return "interrupted" if state.get("status") == "interrupted" else "run-ended"
 
 
 def cleanup_control(**_: Any) -> None:

@@ -129,6 +129,38 @@ def test_signals_in_every_phase_revert_everything(signum: int, tmp_path: Path,
     assert active_faults(lab_dir) == []
 
 
+def test_an_interrupted_chaos_run_says_which_signal_reverted_its_faults(
+        tmp_path: Path, env: dict[str, str], lab_dir: Path) -> None:
+    """Under ``chaos run`` with the gameday control, a real SIGINT in the method: the
+    faults are reverted and their reason says the run was interrupted (by SIGINT where
+    the toolkit's own handler did not catch it first), never ``requested`` or
+    ``run-ended``."""
+    path, marker = phase_experiment(tmp_path, "verification", ("node-0", 2))
+    document = yaml.safe_load(path.read_text())
+    document["controls"] = [{"name": "gameday", "provider": {
+        "type": "python", "module": "gameday.controls"}}]
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    journal = tmp_path / "chaos.json"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "chaos"), "--no-version-check",
+                             "run", str(path), "--journal-path", str(journal)], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        wait_until(lambda: marker.exists() or proc.poll() is not None, 60, "the hold")
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    faults = read_json(journal)["gameday"]["faults"]
+    assert faults and all(f["reverted_at"] for f in faults), output
+    assert {f["revert_reason"] for f in faults} <= {
+        "interrupted", "interrupted by SIGINT", "rollback: interrupted by SIGINT"}, output
+    assert active_faults(lab_dir) == []
+
+
 def test_second_run_on_a_locked_gpu_is_refused(tmp_path: Path, env: dict[str, str],
                                                lab_dir: Path) -> None:
     marker = tmp_path / "a.marker"

@@ -265,8 +265,8 @@ def revert_all() -> dict[str, Any]:
     run), or ``ActivityFailed`` naming each fault that could not be reverted."""
     run = sessions.current()
     before = len(run.ledger.active())
-    name = signals.STATE.name  # rollbacks played because a signal cut the run short
-    failures = run.revert_all("rollback" if name is None else f"rollback: interrupted by {name}")
+    why = signals.STATE.interruption  # rollbacks played because a signal cut the run short
+    failures = run.revert_all("rollback" if why is None else f"rollback: {why}")
     if failures:
         raise ActivityFailed("could not revert: " + "; ".join(failures))
     return {"reverted": before}

@@ -189,8 +189,8 @@ def _why_ended(state: dict[str, Any]) -> str:
     """The reason the run's last reverts record: the signal that interrupted it (the
     toolkit may have caught it first: then only that it was interrupted), or
     ``run-ended``."""
-    if signals.STATE.name is not None:
-        return f"interrupted by {signals.STATE.name}"
+    if signals.STATE.interruption is not None:
+        return signals.STATE.interruption
     return "interrupted" if state.get("status") == "interrupted" else "run-ended"
 
 

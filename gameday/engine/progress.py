@@ -88,8 +88,8 @@ class ProgressPrinter(RunEventHandler):  # type: ignore[misc]
 
     def interruption(self) -> str:
         """``interrupted by SIGINT during method, step 1, probe 'x'`` (the first signal)."""
-        name = signals.STATE.name or "a signal"
-        return f"interrupted by {name} during {self.where or self._here()}"
+        why = signals.STATE.interruption or "interrupted by a signal"
+        return f"{why} during {self.where or self._here()}"
 
     def signal_exit(self) -> None:
         if not self.where:

@@ -69,6 +69,11 @@ class SignalState:
         """The name of the first signal received (``SIGINT``), or None."""
         return None if self.received is None else signal.Signals(self.received).name
 
+    @property
+    def interruption(self) -> str | None:
+        """``interrupted by SIGINT`` (the first signal received), or None."""
+        return None if self.name is None else f"interrupted by {self.name}"
+
 
 STATE = SignalState()
 

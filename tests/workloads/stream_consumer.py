@@ -15,6 +15,8 @@ def main() -> None:
     parser.add_argument("--stream", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--acked", required=True)
+    parser.add_argument("--acking", help="each id written here before it is acknowledged "
+                                         "(a kill between the two leaves one in doubt)")
     parser.add_argument("--name", default="consumer")
     args = parser.parse_args()
     client = redis.Redis.from_url(args.url, decode_responses=True)
@@ -25,6 +27,9 @@ def main() -> None:
             for _, entries in batches or []:
                 for entry_id, _ in entries:
                     time.sleep(0.02)
+                    if args.acking:
+                        with open(args.acking, "a") as acking:
+                            acking.write(entry_id + "\n")
                     client.xack(args.stream, args.group, entry_id)
                     acked.write(entry_id + "\n")
 

@@ -53,10 +53,10 @@ def test_a_crashed_consumer_loses_what_it_read_but_never_acknowledged(
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     client.xgroup_create("orders", "billing", id="0", mkstream=True)
     before = {client.xadd("orders", {"n": number}) for number in range(200)}
-    acked = tmp_path / "acked.txt"
+    acked, acking = tmp_path / "acked.txt", tmp_path / "acking.txt"
     consumer = subprocess.Popen([sys.executable, str(CONSUMER), "--url", redis_url,
                                  "--stream", "orders", "--group", "billing",
-                                 "--acked", str(acked)])
+                                 "--acked", str(acked), "--acking", str(acking)])
     try:
         deadline = time.monotonic() + 20
         while not acked.exists() or len(acked.read_text().split()) < 25:
@@ -71,9 +71,14 @@ def test_a_crashed_consumer_loses_what_it_read_but_never_acknowledged(
         with pytest.raises(ActivityFailed) as caught:
             stream_loss(redis={"url": redis_url, "stream": "orders", "group": "billing"},
                         slo_messages=0, settle_s=1.0, timeout_s=10, interval_s=0.2)
-        truth = len(before - set(acked.read_text().split()))
+        done = set(acked.read_text().split())
+        # killed between its XACK and its own record, the consumer leaves one id in doubt
+        doubt = len(set(acking.read_text().split()) - done)
         result = only_result(session).measurement
-        assert result["lost"] == truth > 0 and result["accepted"] == 200
+        most = len(before - done)
+        assert most - doubt <= result["lost"] <= most and result["accepted"] == 200
+        truth = int(result["lost"])
+        assert truth > 0 and (doubt or truth == most)
         assert result["pending"] + result["undelivered"] == truth
         assert str(caught.value).startswith(
             f"stream lost {truth} messages > slo 0 (missed by {truth}; orders/billing: 200 "
@@ -94,7 +99,8 @@ def test_a_crashed_consumer_loses_what_it_read_but_never_acknowledged(
             # never claims them), by the consumers' own record
             pending = settled["pending"]
             assert settled["undelivered"] == 0 and settled["lost"] == pending
-            assert pending == len(before - set(acked.read_text().split())) > 0
+            most = len(before - set(acked.read_text().split()))
+            assert most - doubt <= pending <= most and pending > 0
         finally:
             restarted.kill()
             restarted.wait()

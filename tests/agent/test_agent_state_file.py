@@ -47,7 +47,7 @@ def test_many_agents_started_and_stopped_leave_no_descriptor_open(tmp_path: path
                                  node="n")
         registry.apply(request, 60.0)
         registry.close()  # closes the directory it kept open, without the collector
-        assert open_fds() == before
+        assert open_fds() <= before  # (another test's thread may close one)
     kept = []
     for i in range(5):  # stopped without reverting: closed too, the faults left saved
         server = AgentServer(backend, token="t", state_path=tmp_path / f"k{i}" / "agent.json",
@@ -55,5 +55,5 @@ def test_many_agents_started_and_stopped_leave_no_descriptor_open(tmp_path: path
         server.registry.apply(FaultRequest(KIND, {"name": f"k{i}"}), 60.0)
         server.stop(revert=False)
         kept.append(server)  # alive: the collector has nothing to do with it
-        assert open_fds() == before
+        assert open_fds() <= before
     assert all(len(s.registry.faults()) == 1 for s in kept)

@@ -1,4 +1,5 @@
-"""Network fault actions (Chaos Toolkit activities): link flaps, packet loss, partitions.
+"""Network fault actions (Chaos Toolkit activities): link flaps, packet loss, partitions,
+added latency.
 
 ``link`` selects the link: ``{node: node-1}`` in the lab (each node's ``uplink``, the
 data path from the router to the shards on that node); on a host
@@ -17,9 +18,9 @@ from gameday import activity
 from gameday.activity import AgentClient
 from gameday.errors import InvalidInput
 from gameday.kinds import KindParams, KindSpec
-from gameday.kinds.net import LINK_SELECTOR, NET_LINK_FLAP, NET_LOSS, NET_PARTITION
+from gameday.kinds.net import LINK_SELECTOR, NET_LATENCY, NET_LINK_FLAP, NET_LOSS, NET_PARTITION
 
-__all__ = ["link_flap", "packet_loss", "partition", "revert"]
+__all__ = ["latency", "link_flap", "packet_loss", "partition", "revert"]
 
 
 
@@ -72,6 +73,30 @@ def partition(link: dict[str, Any] | None = None, duration_s: float | None = Non
                                                 "port": port, "direction": direction,
                                                 "mechanism": mechanism})
     return _inject(NET_PARTITION, "partition", link, params, lease_s)
+
+
+def latency(delay_ms: float, link: dict[str, Any] | None = None, jitter_ms: float = 0.0,
+            distribution: str = "uniform", correlation: float = 0.0,
+            duration_s: float | None = None, peer: str | None = None,
+            port: int | None = None, direction: str | None = None,
+            mechanism: str = "auto", lease_s: float | None = None) -> dict[str, Any]:
+    """Hold every packet on a link for ``delay_ms`` (± ``jitter_ms``), for ``duration_s``
+    (or until reverted): the job slows down, nothing fails.
+
+    Scoped like ``packet_loss`` (``link``, ``peer``, ``port``, ``direction``), so only the
+    job's own traffic is slowed and the agent's and control plane's are not. Host:
+    ``tc netem`` where the kernel has it, else an nftables ``queue`` to the agent's
+    userspace delayer, which holds each packet its time and releases it in order; the
+    mechanism used is in the returned ``details``. Lab: the node's uplink holds each
+    chunk. Revert removes exactly what was added.
+    """
+    params = activity.validated(NET_LATENCY, {"delay_ms": delay_ms, "jitter_ms": jitter_ms,
+                                              "distribution": distribution,
+                                              "correlation": correlation,
+                                              "duration_s": duration_s, "peer": peer,
+                                              "port": port, "direction": direction,
+                                              "mechanism": mechanism})
+    return _inject(NET_LATENCY, "latency", link, params, lease_s)
 
 
 def revert() -> dict[str, Any]:

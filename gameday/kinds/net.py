@@ -1,8 +1,9 @@
-"""Network fault kinds: link flaps, packet loss, partitions."""
+"""Network fault kinds: link flaps, packet loss, partitions, added latency."""
 
 from dataclasses import dataclass
 from typing import Literal
 
+from gameday.errors import InvalidInput
 from gameday.kinds.params import param, required
 from gameday.kinds.selectors import Selector, SelectorKey
 from gameday.kinds.spec import KindParams, KindSpec
@@ -10,9 +11,11 @@ from gameday.kinds.spec import KindParams, KindSpec
 __all__ = [
     "KINDS",
     "LINK_SELECTOR",
+    "NET_LATENCY",
     "NET_LINK_FLAP",
     "NET_LOSS",
     "NET_PARTITION",
+    "LatencyParams",
     "LinkFlapParams",
     "LossParams",
     "PartitionParams",
@@ -32,6 +35,8 @@ _PEER_DOC = "host: only traffic to/from this IP address or CIDR"
 _PORT_DOC = "host: only TCP/UDP traffic to/from this port"
 _DIRECTION_DOC = "host: ingress, egress or both (null: both)"
 _MECHANISM_DOC = "host: how the packets are dropped (auto: nftables, else iptables, else tc netem)"
+_DELAY_MECHANISM_DOC = ("host: how the packets are held (auto: tc netem where the kernel has "
+                        "it, else an nftables queue to the agent's userspace delayer)")
 
 
 
@@ -71,6 +76,36 @@ class LossParams(KindParams):
     direction: Literal["ingress", "egress", "both"] | None = param(_DIRECTION_DOC, default=None)
     mechanism: Literal["auto", "nftables", "iptables", "netem"] = param(_MECHANISM_DOC,
                                                                         default="auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyParams(KindParams):
+    """``net.latency``'s parameters."""
+
+    rules = "jitter_ms at most delay_ms"
+
+    delay_ms: float = required("milliseconds each packet is held (fractions for "
+                               "microseconds)", minimum=0.0, maximum=60000.0)
+    jitter_ms: float = param("milliseconds the delay varies by (its spread: uniform "
+                             "half-width or normal standard deviation)", default=0.0,
+                             minimum=0.0, maximum=60000.0)
+    distribution: Literal["uniform", "normal"] = param(
+        "how the delay varies around delay_ms", default="uniform")
+    correlation: float = param("percent by which each packet's variation follows the "
+                               "previous one's", default=0.0, minimum=0.0, maximum=100.0)
+    duration_s: float | None = param(_DURATION_DOC, default=None, minimum=0.05,
+                                     maximum=86400.0)
+    peer: str | None = param(_PEER_DOC, default=None)
+    port: int | None = param(_PORT_DOC, default=None, minimum=1, maximum=65535)
+    direction: Literal["ingress", "egress", "both"] | None = param(_DIRECTION_DOC, default=None)
+    mechanism: Literal["auto", "netem", "nfqueue"] = param(_DELAY_MECHANISM_DOC,
+                                                           default="auto")
+
+    def check(self, path: str) -> None:
+        if self.jitter_ms > self.delay_ms:
+            raise InvalidInput(f"net.latency's jitter_ms ({self.jitter_ms:g}) exceeds "
+                               f"delay_ms ({self.delay_ms:g}): a packet cannot leave "
+                               "before it arrived", path=f"{path}.jitter_ms")
 
 
 NET_LINK_FLAP = KindSpec(
@@ -122,4 +157,22 @@ NET_PARTITION = KindSpec(
     tags=("network", "partition", "blackhole"),
 )
 
-KINDS: tuple[KindSpec[KindParams], ...] = (NET_LINK_FLAP, NET_LOSS, NET_PARTITION)
+NET_LATENCY = KindSpec(
+    name="net.latency",
+    summary="every packet on a link (or only a peer's or port's) is held for delay_ms, "
+            "with jitter: the job slows down, nothing fails",
+    module="faults.net",
+    func="latency",
+    coverage_layer="network",
+    family="Network latency",
+    also_layers=("service",),
+    injected_at={"lab": "virtual", "host": "network"},
+    selects=LINK_SELECTOR,
+    params_type=LatencyParams,
+    seen_through="request latency (p50/p99), collective (AllReduce) time, the job's "
+                 "throughput (verifiers.throughput.degradation)",
+    tags=("network", "latency", "jitter", "degradation"),
+)
+
+KINDS: tuple[KindSpec[KindParams], ...] = (NET_LINK_FLAP, NET_LOSS, NET_PARTITION,
+                                           NET_LATENCY)

@@ -46,10 +46,11 @@ ENTRYPOINT ["gameday"]
 
 FROM runtime AS agent
 # what the host backend calls: nft / iptables (net.loss, partition), ip (link faults),
+# libnetfilter_queue (net.latency's packet delayer, through ctypes),
 # fusermount3 and libfuse3 (the fault filesystem), stress-ng (node hogs)
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      fuse3 iproute2 iptables nftables stress-ng ca-certificates \
+      fuse3 iproute2 iptables nftables libnetfilter-queue1 stress-ng ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build-agent /opt/gameday /opt/gameday
 USER 65532:65532

@@ -15,7 +15,7 @@ KSTAMP     := $(KSERVE)/.installed
 # the lab's Prometheus and the FUSE mount of its weights; the tests add the host
 # backend's tools, Redis and the browser that looks at the pages
 DEMO_DEBS  := prometheus fuse3
-DEBS       := $(DEMO_DEBS) prometheus-alertmanager prometheus-pushgateway stress-ng iptables nftables chromium redis-server
+DEBS       := $(DEMO_DEBS) prometheus-alertmanager prometheus-pushgateway stress-ng iptables nftables libnetfilter-queue1 chromium redis-server
 PYTHON     ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
 # each bench at a size that runs in seconds (all of them in about 90 s; the benches need
 # the lab alone): CI runs them so a bench that breaks fails
@@ -26,6 +26,7 @@ SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
            && $(PY) bench/fanout.py --agents 4 --gpus 2 --racks 2 --rounds 1 \
            && $(PY) bench/report_scale.py --journals 50 \
            && $(PY) bench/net_link_overhead.py --samples 1 --requests 200 \
+           && $(PY) bench/net_latency.py --probes 20 \
            && $(PY) bench/fault_survival.py --trials 1 --window 2 \
            && $(PY) bench/fault_survival.py --mode in-flight --trials 2 \
            && $(PY) bench/gpu_check.py --deadline-s 60 \
@@ -95,6 +96,7 @@ bench: debs $(LAB_STAMP) bytecode
 	$(PY) bench/fanout.py
 	$(PY) bench/report_scale.py
 	$(PY) bench/net_link_overhead.py
+	$(PY) bench/net_latency.py
 	$(PY) bench/fault_survival.py --trials 50
 	$(PY) bench/fault_survival.py --mode in-flight --trials 10
 	$(PY) bench/gpu_check.py

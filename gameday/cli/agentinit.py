@@ -48,7 +48,7 @@ __all__ = ["KIND_GROUPS", "AgentSetup", "init_parser", "main", "write_setup"]
 KIND_GROUPS: Final[dict[str, tuple[str, ...]]] = {
     "process": ("process.kill", "process.pause"),
     "path": ("storage.stall", "storage.errors", "storage.slow"),
-    "link": ("net.link_flap", "net.loss", "net.partition"),
+    "link": ("net.link_flap", "net.loss", "net.partition", "net.latency"),
 }
 
 _TLS_FILES: Final = ("ca.crt", "agent.crt", "agent.key", "client.crt", "client.key")

@@ -111,7 +111,7 @@ def test_what_is_written_has_safe_modes_and_a_policy_the_agent_loads(
     policy = load_policy(directory / "policy.yml")
     assert policy.kinds == {"process.kill", "process.pause", "storage.stall",
                             "storage.errors", "storage.slow", "net.link_flap", "net.loss",
-                            "net.partition"}
+                            "net.partition", "net.latency"}
     assert policy.process_cmdline == ("mlserver start",)
     assert policy.interfaces == {"veth-gd"}
     assert gameday_main(["agent", "policy", "--check", str(directory / "policy.yml")]) == 0

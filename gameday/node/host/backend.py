@@ -22,6 +22,7 @@ from gameday.node.processes import SignalFault, one_scan
 __all__ = ["AREAS", "NO_POLICY", "HostBackend", "HostPolicy", "host_backend"]
 
 AREAS: tuple[str, ...] = ("gameday.node.host.gpu", "gameday.node.host.net",
+                          "gameday.node.host.netdelay",
                           "gameday.node.host.proxy", "gameday.node.host.storage",
                           "gameday.node.host.process", "gameday.node.host.hogs")
 

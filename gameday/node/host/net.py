@@ -29,7 +29,14 @@ import structlog
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
-from gameday.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION, LossParams, PartitionParams
+from gameday.kinds.net import (
+    NET_LINK_FLAP,
+    NET_LOSS,
+    NET_PARTITION,
+    LatencyParams,
+    LossParams,
+    PartitionParams,
+)
 from gameday.node.host.base import HostFault
 from gameday.node.host.netns import route
 from gameday.node.host.netrules import (
@@ -42,7 +49,8 @@ from gameday.node.host.netrules import (
 )
 from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
 
-__all__ = ["DropRulesFault", "LinkFlapFault", "handlers", "list_links"]
+__all__ = ["DEFAULT_PREFIX", "DropRulesFault", "LinkFlapFault", "handlers", "link_target",
+           "list_links", "scoped_spec"]
 
 log = structlog.get_logger("gameday.node.host.net")
 
@@ -62,7 +70,7 @@ def list_links(netns: str | None = None) -> list[dict[str, Any]]:
                 for link in ipr.get_links()]
 
 
-def _target(request: FaultRequest, *, link_required: bool) -> tuple[str | None, str | None]:
+def link_target(request: FaultRequest, *, link_required: bool) -> tuple[str | None, str | None]:
     link = request.target.get("link")
     netns = request.target.get("netns")
     unknown = set(request.target) - {"link", "netns"}
@@ -94,6 +102,21 @@ def _netlink_unavailable() -> str | None:
     return None
 
 
+def scoped_spec(params: LossParams | PartitionParams | LatencyParams, link: str | None, *,
+                share: float = 1.0, queue: int | None = None) -> DropSpec:
+    """The packets a scoped net kind acts on (``link``, ``peer``, ``port``,
+    ``direction``); :class:`FaultRejected` for a peer that is no address or CIDR."""
+    peer = params.peer
+    if peer is not None:
+        try:
+            peer = str(ipaddress.ip_network(peer, strict=False))
+        except ValueError:
+            raise FaultRejected(f"params.peer must be an IP address or CIDR, "
+                                f"got {params.peer!r}") from None
+    return DropSpec(share=share, link=link, peer=peer, port=params.port,
+                    direction=params.direction or "both", queue=queue)
+
+
 class LinkFlapFault:
     """``net.link_flap`` on a real interface."""
 
@@ -119,7 +142,7 @@ class LinkFlapFault:
                  ) -> tuple[str, str | None, dict[str, Any], list[Phase]]:
         """The link, its netns, its state and the flap's phases, once every parameter is
         checked and the link is up; :class:`FaultRejected` otherwise. Changes nothing."""
-        link, netns = _target(request, link_required=True)
+        link, netns = link_target(request, link_required=True)
         assert link is not None
         if link == "lo":
             raise FaultRejected("target.link lo: refusing to take the loopback down")
@@ -185,19 +208,11 @@ class DropRulesFault:
 
     def _spec(self, params: LossParams | PartitionParams, link: str | None) -> DropSpec:
         share = params.percent / 100.0 if isinstance(params, LossParams) else 1.0
-        peer = params.peer
-        if peer is not None:
-            try:
-                peer = str(ipaddress.ip_network(peer, strict=False))
-            except ValueError:
-                raise FaultRejected(f"params.peer must be an IP address or CIDR, "
-                                    f"got {params.peer!r}") from None
-        port = params.port
-        direction = params.direction or "both"
-        if self.kind == "net.partition" and not (peer or port or link):
+        spec = scoped_spec(params, link, share=share)
+        if self.kind == "net.partition" and not (spec.peer or spec.port or link):
             raise FaultRejected("net.partition needs a peer, a port or a link: refusing to "
                                 "cut the host off entirely")
-        return DropSpec(share=share, link=link, peer=peer, port=port, direction=direction)
+        return spec
 
     def _checked(self, request: FaultRequest
                  ) -> tuple[str | None, str | None, DropSpec, float | None, Any]:
@@ -205,7 +220,7 @@ class DropRulesFault:
         parameter checked; :class:`FaultRejected` otherwise. Changes nothing."""
         params = (NET_LOSS if self.kind == NET_LOSS.name else NET_PARTITION).backend_params(
             request.params)
-        link, netns = _target(request, link_required=False)
+        link, netns = link_target(request, link_required=False)
         spec = self._spec(params, link)
         duration = params.duration_s
         mech = mechanism(params.mechanism, allowed=self.allowed)

@@ -24,7 +24,7 @@ from typing import Any
 
 from gameday.errors import FaultRejected
 
-__all__ = ["DropSpec", "Mechanism", "RedirectSpec", "available_mechanisms", "check_ifname",
+__all__ = ["NETEM", "DropSpec", "Mechanism", "RedirectSpec", "available_mechanisms", "check_ifname",
            "mechanism", "netem_unavailable", "rule_name", "run"]
 
 MECHANISMS = ("nftables", "iptables", "netem")
@@ -32,13 +32,17 @@ MECHANISMS = ("nftables", "iptables", "netem")
 
 @dataclass(frozen=True)
 class DropSpec:
-    """Which packets to drop: all matching (``share`` 1.0) or a random share of them."""
+    """Which packets to drop: all matching (``share`` 1.0) or a random share of them;
+    with ``queue``, every matching packet goes to that netfilter queue instead (to a
+    userspace delayer, :mod:`gameday.node.host.nfqueue`), and passes when no one
+    listens on it (``bypass``)."""
 
     share: float = 1.0
     link: str | None = None
     peer: str | None = None
     port: int | None = None
     direction: str = "both"  # ingress | egress | both
+    queue: int | None = None
 
     @property
     def hooks(self) -> list[str]:
@@ -167,7 +171,9 @@ class Nftables(Mechanism):
 
     def add_drop(self, name: str, spec: DropSpec, netns: str | None) -> None:
         verdict: list[dict[str, Any]] = [{"drop": None}]
-        if spec.share < 1.0:
+        if spec.queue is not None:
+            verdict = [{"queue": {"num": spec.queue, "flags": "bypass"}}]
+        elif spec.share < 1.0:
             verdict = [_match("<", {"numgen": {"mode": "random", "mod": 10000}},
                               round(spec.share * 10000)), {"drop": None}]
         commands: list[dict[str, Any]] = [{"add": {"table": {"family": "inet", "name": name}}}]
@@ -256,6 +262,8 @@ class Iptables(Mechanism):
 
     @staticmethod
     def _verdict(spec: DropSpec) -> list[str]:
+        if spec.queue is not None:
+            return ["-j", "NFQUEUE", "--queue-num", str(spec.queue), "--queue-bypass"]
         if spec.share >= 1.0:
             return ["-j", "DROP"]
         return ["-m", "statistic", "--mode", "random", "--probability",
@@ -331,15 +339,25 @@ class Netem(Mechanism):
         return netem_unavailable()
 
     def add_drop(self, name: str, spec: DropSpec, netns: str | None) -> None:
-        if not spec.link or spec.peer or spec.port or spec.direction == "ingress":
+        if (not spec.link or spec.peer or spec.port or spec.direction == "ingress"
+                or spec.queue is not None):
             raise FaultRejected("netem drops on one link's egress: give link only, no peer, "
                                 "port or ingress direction")
-        shown = run(["tc", "qdisc", "show", "dev", spec.link, "root"], netns).stdout
-        if shown.strip() and not re.search(r"qdisc (noqueue|pfifo_fast|fq_codel|mq) ", shown):
-            raise FaultRejected(f"{spec.link} already has a root qdisc ({shown.split()[1]}); "
-                                f"netem would replace it")
+        self._check_root(spec.link, netns)
         run(["tc", "qdisc", "add", "dev", spec.link, "root", "netem", "loss",
              f"{spec.share * 100:.4f}%"], netns)
+
+    def add_delay(self, link: str, netem_args: Sequence[str], netns: str | None) -> None:
+        """A ``netem delay`` root qdisc on ``link``'s egress: ``netem_args`` are netem's
+        own (``delay 20ms 5ms 25% distribution normal``)."""
+        self._check_root(link, netns)
+        run(["tc", "qdisc", "add", "dev", link, "root", "netem", *netem_args], netns)
+
+    def _check_root(self, link: str, netns: str | None) -> None:
+        shown = run(["tc", "qdisc", "show", "dev", link, "root"], netns).stdout
+        if shown.strip() and not re.search(r"qdisc (noqueue|pfifo_fast|fq_codel|mq) ", shown):
+            raise FaultRejected(f"{link} already has a root qdisc ({shown.split()[1]}); "
+                                f"netem would replace it")
 
     def present(self, name: str, netns: str | None, link: str | None = None) -> bool:
         if not link:
@@ -352,7 +370,8 @@ class Netem(Mechanism):
             run(["tc", "qdisc", "del", "dev", link, "root"], netns)
 
 
-_ALL: dict[str, Mechanism] = {m.name: m for m in (Nftables(), Iptables(), Netem())}
+NETEM = Netem()
+_ALL: dict[str, Mechanism] = {m.name: m for m in (Nftables(), Iptables(), NETEM)}
 
 
 def available_mechanisms() -> dict[str, str | None]:

@@ -14,7 +14,11 @@ Faults (target ``{"link": "uplink"}``, the default):
 - ``net.loss`` (``percent``, ``duration_s``): each chunk is lost with that probability
   and retransmitted after a TCP retransmission timeout (loss shows as latency);
 - ``net.partition`` (``duration_s``): a blackhole: connections stay open, nothing
-  passes (new connections are accepted and hang) until it heals, then held data flows.
+  passes (new connections are accepted and hang) until it heals, then held data flows;
+- ``net.latency`` (``delay_ms``, ``jitter_ms``, ``distribution``, ``correlation``,
+  ``duration_s``): each request crossing the link waits its drawn delay once, on its
+  way to the shard (the lab's link is a stream relay, not a packet path: the delay is
+  per request, not per packet).
 
 ``peer`` and ``port`` (the host backend's partition scope) are refused here: the lab's
 link has a single peer, the router.
@@ -24,7 +28,16 @@ from typing import Any
 
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
-from gameday.kinds.net import NET_LINK_FLAP, NET_LOSS, NET_PARTITION, LossParams
+from gameday.kinds.net import (
+    NET_LATENCY,
+    NET_LINK_FLAP,
+    NET_LOSS,
+    NET_PARTITION,
+    LatencyParams,
+    LossParams,
+    PartitionParams,
+)
+from gameday.node.delays import DelaySampler
 from gameday.node.phases import Phase, PhaseRunner, flap_phases, hold_phases
 from gameday.node.tcprelay import Impairment, Relay
 
@@ -77,14 +90,23 @@ class LinkFault:
         if self.kind == NET_LINK_FLAP.name:
             flap = NET_LINK_FLAP.backend_params(request.params)
             return Impairment(down=True), flap_phases(flap.down_s, flap.up_s, flap.count)
-        scoped = (NET_LOSS if self.kind == NET_LOSS.name else NET_PARTITION).backend_params(
-            request.params)
+        scoped = {NET_LOSS.name: NET_LOSS, NET_PARTITION.name: NET_PARTITION,
+                  NET_LATENCY.name: NET_LATENCY}[self.kind].backend_params(request.params)
         for scope in ("peer", "port", "direction"):
             if getattr(scoped, scope) is not None:
                 raise FaultRejected(f"params.{scope} is not supported on the lab's link (its "
                                     f"only peer is the router)")
         if isinstance(scoped, LossParams):
             return Impairment(loss=scoped.percent / 100.0), hold_phases(scoped.duration_s)
+        if isinstance(scoped, LatencyParams):
+            if scoped.mechanism != "auto":
+                raise FaultRejected(f"params.mechanism {scoped.mechanism} is a host's; the "
+                                    f"lab's link holds requests itself (use auto)")
+            jitter = (DelaySampler(0.0, scoped.jitter_ms / 1000.0, scoped.distribution,
+                                   scoped.correlation / 100.0),) if scoped.jitter_ms else ()
+            return (Impairment(delay_s=scoped.delay_ms / 1000.0, jitter=jitter),
+                    hold_phases(scoped.duration_s))
+        assert isinstance(scoped, PartitionParams)
         return Impairment(hold=True), hold_phases(scoped.duration_s)
 
     def apply(self, fault_id: str, request: FaultRequest) -> dict[str, Any]:
@@ -116,4 +138,5 @@ class LinkFault:
 
 def link_handlers(link: LabLink) -> list[LinkFault]:
     """The node's net.* handlers."""
-    return [LinkFault(kind, link) for kind in ("net.link_flap", "net.loss", "net.partition")]
+    return [LinkFault(kind, link)
+            for kind in ("net.link_flap", "net.loss", "net.partition", "net.latency")]

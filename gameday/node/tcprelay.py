@@ -14,7 +14,9 @@ applies their combination to every chunk it forwards:
   retransmission timeout (200 ms, doubling per consecutive loss up to 120 s), so loss
   shows as latency, as it does on a real network;
 - ``delay_s``: added once per request: before the first chunk sent towards the upstream
-  after data came back from it (request/response protocols: once per request).
+  after data came back from it (request/response protocols: once per request);
+  ``jitter`` adds each of its samplers' draws (:class:`gameday.node.delays.DelaySampler`)
+  to it, drawn anew for each request.
 
 Waits end early when the impairment that caused them is lifted. Connections are served
 by two threads each (one per direction).
@@ -36,6 +38,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from gameday.node.delays import DelaySampler
+
 __all__ = ["RTO_MAX_S", "RTO_MIN_S", "Impairment", "Relay", "RelayStats"]
 
 log = structlog.get_logger("gameday.node.tcprelay")
@@ -53,6 +57,15 @@ class Impairment:
     loss: float = 0.0
     delay_s: float = 0.0
     hold_s: float | None = None  # a hold longer than this cuts the connection
+    jitter: tuple[DelaySampler, ...] = ()
+
+    def draw_delay(self) -> float:
+        """This request's added delay: ``delay_s`` plus a draw of each sampler."""
+        return self.delay_s + sum(sampler.draw() for sampler in self.jitter)
+
+    @property
+    def delays(self) -> bool:
+        return self.delay_s > 0 or bool(self.jitter)
 
     @staticmethod
     def combine(items: Iterable["Impairment"]) -> "Impairment":
@@ -61,14 +74,17 @@ class Impairment:
         kept = 1.0
         delay = 0.0
         limits = []
+        jitter: list[DelaySampler] = []
         for item in items:
+            jitter += item.jitter
             down |= item.down
             hold |= item.hold
             kept *= 1.0 - item.loss
             delay += item.delay_s
             if item.hold and item.hold_s is not None:
                 limits.append(item.hold_s)
-        return Impairment(down, hold, 1.0 - kept, delay, min(limits) if limits else None)
+        return Impairment(down, hold, 1.0 - kept, delay, min(limits) if limits else None,
+                          tuple(jitter))
 
     @property
     def clear(self) -> bool:
@@ -388,9 +404,9 @@ class Relay:
                 break
             new_turn = towards_upstream and not conn.upstream_turn
             conn.upstream_turn = towards_upstream
-            if new_turn and effect.delay_s > 0:
+            if new_turn and effect.delays:
                 self.stats.delayed += 1
-                self._sleep(effect.delay_s, conn, lambda e: e.delay_s > 0)
+                self._sleep(effect.draw_delay(), conn, lambda e: e.delays)
                 return self._wait_clear(conn)
             return True
 

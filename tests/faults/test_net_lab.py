@@ -90,3 +90,26 @@ def test_service_timeout_answers_504_after_hang_s(lab_dir: Path,
     assert _predict(lab_dir)[0] == 200
     with pytest.raises(Exception, match=r"service\.timeout"):
         _agents(lab_dir)["node-1"].inject("service.timeout", {"name": "router"}, {}, 30)
+
+
+def test_latency_on_a_nodes_uplink_slows_the_answers_by_the_delay(
+        lab_dir: Path, lab_env: dict[str, str]) -> None:
+    """net.latency on node-1's uplink: every answer needs node-1's shards, so each takes
+    at least the delay longer (the lab's link holds each request once), and none after."""
+    node1 = _agents(lab_dir)["node-1"]
+    _, before = _predict(lab_dir)
+    with pytest.raises(Exception, match="mechanism"):  # the host's mechanisms, not the lab's
+        node1.inject("net.latency", {"link": "uplink"}, {"delay_ms": 5, "mechanism": "nfqueue"},
+                     30)
+    fault = node1.inject("net.latency", {"link": "uplink"},
+                         {"delay_ms": 400, "jitter_ms": 100}, 30)
+    try:
+        assert fault["injected_at"] == "virtual"
+        timings = [_predict(lab_dir) for _ in range(3)]
+        assert all(status == 200 for status, _ in timings)
+        assert all(0.3 <= took < 0.5 + before + 1.5 for _, took in timings), timings
+        assert node1.inventory()["links"][0]["stats"]["delayed"] >= 3
+    finally:
+        node1.revert(fault["id"])
+    status, took = _predict(lab_dir)
+    assert status == 200 and took < before + 0.25

@@ -17,9 +17,9 @@ KSTAMP     := $(KSERVE)/.installed
 DEMO_DEBS  := prometheus fuse3
 DEBS       := $(DEMO_DEBS) prometheus-alertmanager prometheus-pushgateway stress-ng iptables nftables libnetfilter-queue1 chromium redis-server
 PYTHON     ?= $(shell command -v python3.11 || ls /root/.pyenv/versions/3.11*/bin/python3 2>/dev/null | head -1 || command -v python3)
-# each bench at a size that runs in seconds (all of them in about 90 s; the benches need
-# the lab alone): CI runs them so a bench that breaks fails
-# the build (tests/packaging/test_benches_in_make.py keeps the list whole)
+# each bench at a size that runs in seconds (all of them in about 2 min; the benches need
+# the lab, and bench/ddp_latency.py the workloads' torch): CI runs them so a bench that
+# breaks fails the build (tests/packaging/test_benches_in_make.py keeps the list whole)
 SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
            && $(PY) bench/lab_startup.py --runs 1 \
            && $(PY) bench/rto_accuracy.py --trials 1 \
@@ -27,6 +27,7 @@ SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
            && $(PY) bench/report_scale.py --journals 50 \
            && $(PY) bench/net_link_overhead.py --samples 1 --requests 200 \
            && $(PY) bench/net_latency.py --probes 20 \
+           && $(PY) bench/ddp_latency.py --delays 1 --jitter '' --fault-s 1 \
            && $(PY) bench/fault_survival.py --trials 1 --window 2 \
            && $(PY) bench/fault_survival.py --mode in-flight --trials 2 \
            && $(PY) bench/gpu_check.py --deadline-s 60 \
@@ -89,7 +90,7 @@ TEST_WORKERS ?= 3
 test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-bench: debs $(LAB_STAMP) bytecode
+bench: debs $(STAMP) bytecode
 	$(PY) bench/run_overhead.py
 	$(PY) bench/lab_startup.py
 	$(PY) bench/rto_accuracy.py
@@ -97,6 +98,7 @@ bench: debs $(LAB_STAMP) bytecode
 	$(PY) bench/report_scale.py
 	$(PY) bench/net_link_overhead.py
 	$(PY) bench/net_latency.py
+	$(PY) bench/ddp_latency.py
 	$(PY) bench/fault_survival.py --trials 50
 	$(PY) bench/fault_survival.py --mode in-flight --trials 10
 	$(PY) bench/gpu_check.py
@@ -106,7 +108,7 @@ bench: debs $(LAB_STAMP) bytecode
 	$(PY) bench/halt.py
 	$(PY) bench/kinds_parse.py
 
-bench-smoke: debs $(LAB_STAMP) bytecode
+bench-smoke: debs $(STAMP) bytecode
 	$(SMOKE)
 
 lint: $(STAMP)

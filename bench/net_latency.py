@@ -18,14 +18,16 @@ without jitter).
 
 import argparse
 import contextlib
-import secrets
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout
+
+from bench.netpair import veth_pair
 from gameday.contract.backend import FaultRequest
 from gameday.node.host.netdelay import LatencyFault
 from gameday.node.host.netns import in_netns
@@ -38,28 +40,6 @@ ECHO = ("import socket, sys\n"
         "print(s.getsockname()[1], flush=True)\n"
         "while True:\n"
         "    data, peer = s.recvfrom(64); s.sendto(data, peer)\n")
-
-
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=20)
-
-
-@contextlib.contextmanager
-def link() -> Iterator[tuple[str, str, str, str]]:
-    """``(ns_a, ns_b, link_b, ip_b)``: two namespaces joined by a veth."""
-    tag = secrets.token_hex(3)
-    a, b, la, lb = f"gdbench-a-{tag}", f"gdbench-b-{tag}", f"gdba{tag}", f"gdbb{tag}"
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", la, "netns", a, "type", "veth", "peer", "name", lb, "netns", b)
-        for ns, dev, ip in ((a, la, "10.214.0.1"), (b, lb, "10.214.0.2")):
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        yield a, b, lb, "10.214.0.2"
-    finally:
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        subprocess.run(["ip", "netns", "del", b], capture_output=True)
 
 
 def round_trips_ms(ns: str, address: tuple[str, int], count: int) -> list[float]:
@@ -110,7 +90,8 @@ def main() -> int:
         print(f"net_latency: unavailable here: {reason}")
         return 2
     errors_p50, errors_p99 = [], []
-    with link() as (a, b, lb, ip_b):
+    with veth_pair() as pair:
+        a, b, lb, ip_b = pair.a, pair.b, pair.link_b, pair.ip_b
         echo = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", ECHO, ip_b],
                                 stdout=subprocess.PIPE, text=True)
         try:

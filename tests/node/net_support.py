@@ -9,13 +9,11 @@ other's live namespaces as their own leftovers.
 
 import contextlib
 import os
-import secrets
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 
+from bench.netpair import Pair, veth_pair
 from gameday.node.host.netns import in_netns
 
 #: This process's part of every name (three hex digits of its pid).
@@ -27,38 +25,12 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=20)
 
 
-@dataclass(frozen=True)
-class NetnsPair:
-    """Namespaces ``a`` and ``b``, joined by veth ``link_a`` (in a) / ``link_b`` (in b)."""
-
-    a: str
-    b: str
-    link_a: str
-    link_b: str
-    ip_a: str
-    ip_b: str
+#: Namespaces ``a`` and ``b``, joined by veth ``link_a`` (in a) / ``link_b`` (in b).
+NetnsPair = Pair
 
 
-@contextlib.contextmanager
-def netns_pair() -> Iterator[NetnsPair]:
-    tag = secrets.token_hex(3)
-    octet = int(tag[:2], 16) % 250 + 1
-    pair = NetnsPair(f"{PREFIX}-a-{tag}", f"{PREFIX}-b-{tag}", f"gdn{RUN}a{tag}",
-                     f"gdn{RUN}b{tag}",
-                     f"10.213.{octet}.1", f"10.213.{octet}.2")
-    try:
-        sh("ip", "netns", "add", pair.a)
-        sh("ip", "netns", "add", pair.b)
-        sh("ip", "link", "add", pair.link_a, "netns", pair.a, "type", "veth", "peer", "name",
-           pair.link_b, "netns", pair.b)
-        for ns, link, ip in ((pair.a, pair.link_a, pair.ip_a), (pair.b, pair.link_b, pair.ip_b)):
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", link)
-            sh("ip", "-n", ns, "link", "set", link, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        yield pair
-    finally:
-        sh("ip", "netns", "del", pair.a, check=False)
-        sh("ip", "netns", "del", pair.b, check=False)
+def netns_pair() -> contextlib.AbstractContextManager[NetnsPair]:
+    return veth_pair(PREFIX, f"gdn{RUN}", "10.213")
 
 
 def tcp_listener(ns: str, ip: str) -> socket.socket:

@@ -78,6 +78,8 @@ class JournalSummary:
     hash_match: bool | None = None  # every prediction-hash comparison matched
     slo_s: dict[str, float] = field(default_factory=dict)  # objective -> bound in seconds
     sequence: int | None = None  # its place in its directory's hash chain
+    slowdown_lost_s: float | None = None  # work a slowdown cost (throughput.degradation)
+    goodput: float | None = None  # the lowest during / baseline rate of a degradation
     tags: tuple[str, ...] = ()  # the experiment's tags
 
     def to_json(self) -> dict[str, Any]:
@@ -131,6 +133,10 @@ _MEASURES = (("rto_s", "rto_s"), ("rpo_s", "rpo_s"), ("lost_s", "rpo_s"),
              ("rpo_steps", "rpo_steps"), ("lost_steps", "rpo_steps"),
              ("time_to_detect_s", "detect_s"), ("time_to_reshard_s", "reshard_s"),
              ("time_to_recover_s", "recover_s"))
+# throughput.degradation's own: its lost_s is work a slowdown cost (not work redone from
+# a checkpoint) and its time_to_recover_s is back to pace (not detection to recovery)
+_THROUGHPUT = "throughput.degradation"
+_THROUGHPUT_MEASURES = (("lost_s", "slowdown_lost_s"),)
 # measurement key -> objective of gameday_slo_seconds
 _SLO_KEYS = (("detect_slo_s", "detect"), ("reshard_slo_s", "reshard"),
              ("recover_slo_s", "recover"))
@@ -167,18 +173,17 @@ def summarize(journal: dict[str, Any], *, path: str = "", sha256: str = "") -> J
         tags=tuple(str(tag) for tag in experiment.get("tags") or () if isinstance(tag, str)))
     for result in gd.get("verifiers") or []:
         measurement = result.get("measurement") or {}
+        verifier = str(result.get("verifier") or "")
         summary.verifiers.append(VerifierLine(
-            name=str(result.get("name") or result.get("verifier") or ""),
-            verifier=str(result.get("verifier") or ""), passed=result.get("passed"),
-            reason=str(result.get("reason") or "")))
-        for key, attribute in _MEASURES:
+            name=str(result.get("name") or verifier), verifier=verifier,
+            passed=result.get("passed"), reason=str(result.get("reason") or "")))
+        for key, attribute in (_THROUGHPUT_MEASURES if verifier == _THROUGHPUT else _MEASURES):
             if key in measurement:
                 setattr(summary, attribute, _worst(getattr(summary, attribute),
                                                    _number(measurement[key])))
         if "rto_s" in measurement and measurement.get("slo_s") is not None:
             summary.rto_slo_s = _number(measurement["slo_s"])
-        _more_facts(summary, str(result.get("verifier") or ""), measurement,
-                    result.get("passed"))
+        _more_facts(summary, verifier, measurement, result.get("passed"))
     if summary.recover_s is None and summary.rto_s is not None and summary.detect_s is not None:
         summary.recover_s = round(max(0.0, summary.rto_s - summary.detect_s), 3)
     if summary.rto_slo_s is not None:
@@ -223,6 +228,12 @@ def summary_from_json(data: dict[str, Any]) -> JournalSummary:
 def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, Any],
                 passed: Any) -> None:
     """The facts the metrics of results add: records lost, hash matches, SLO bounds."""
+    if verifier == _THROUGHPUT:
+        baseline = _number((measurement.get("baseline") or {}).get("rate"))
+        during = _number((measurement.get("during") or {}).get("rate"))
+        if baseline and during is not None:
+            share = max(0.0, during / baseline)
+            summary.goodput = share if summary.goodput is None else min(summary.goodput, share)
     if verifier == "rpo.stream_loss" and "lost" in measurement:
         summary.rpo_records = _worst(summary.rpo_records, _number(measurement["lost"]))
     if verifier.startswith("prediction_hash.") and passed is not None:

@@ -120,12 +120,21 @@ class CostProjection:
     ettr: float
     lost_s_per_day: float
     gpu_hours_lost_per_day: float
+    slowdown_s: float = 0.0
+
+    @property
+    def slowdown_counted(self) -> bool:
+        """Whether the work a slowdown cost is what each interruption is charged."""
+        return self.slowdown_s > self.rto_s + self.rpo_s
 
     def line(self) -> str:
         """One sentence for reports and gate summaries."""
-        parts = [f"a {self.rto_s:g} s RTO"] if self.rto_s or not self.rpo_s else []
-        if self.rpo_s:
-            parts.append(f"{self.rpo_s:g} s of work redone")
+        if self.slowdown_counted:
+            parts = [f"a slowdown that cost {self.slowdown_s:.3g} s of work"]
+        else:
+            parts = [f"a {self.rto_s:g} s RTO"] if self.rto_s or not self.rpo_s else []
+            if self.rpo_s:
+                parts.append(f"{self.rpo_s:g} s of work redone")
         return (f"{' + '.join(parts)} on a {self.fleet.gpus:,}-GPU training job "
                 f"({self.fleet.interruptions_per_day:.2f} interruptions/day): "
                 f"ETTR {self.ettr:.5f}, {self.gpu_hours_lost_per_day:,.0f} GPU-hours lost "
@@ -136,20 +145,28 @@ class CostProjection:
                 "interruptions_per_gpu_day": self.fleet.interruptions_per_gpu_day,
                 "interruptions_per_day": round(self.fleet.interruptions_per_day, 4),
                 "rate_source": self.fleet.source, "workload": self.fleet.workload,
-                "rto_s": self.rto_s, "rpo_s": self.rpo_s,
+                "rto_s": self.rto_s, "rpo_s": self.rpo_s, "slowdown_s": self.slowdown_s,
                 "ettr": round(self.ettr, 6), "lost_s_per_day": round(self.lost_s_per_day, 2),
                 "gpu_hours_lost_per_day": round(self.gpu_hours_lost_per_day, 2)}
 
 
-def project(rto_s: float, rpo_s: float = 0.0, fleet: Fleet | None = None) -> CostProjection:
-    """Project a measured RTO (and RPO, in seconds of training redone) onto a fleet."""
-    if rto_s < 0 or rpo_s < 0:
-        raise InvalidInput(f"RTO and RPO must be >= 0 s, got {rto_s} and {rpo_s}")
+def project(rto_s: float, rpo_s: float = 0.0, fleet: Fleet | None = None, *,
+            slowdown_s: float = 0.0) -> CostProjection:
+    """Project a measured RTO (and RPO, in seconds of training redone) onto a fleet.
+
+    ``slowdown_s`` is the work a slowdown cost (``throughput.degradation``'s ``lost_s``:
+    what the baseline rate would have done in the window, less what was done). It
+    already holds any outage and redone work inside its window, so each interruption
+    is charged the larger of it and RTO + RPO, never their sum."""
+    if rto_s < 0 or rpo_s < 0 or slowdown_s < 0:
+        raise InvalidInput(f"RTO, RPO and slowdown must be >= 0 s, got {rto_s}, {rpo_s} "
+                           f"and {slowdown_s}")
     fleet = fleet or Fleet()
-    per_interruption = rto_s + rpo_s
+    per_interruption = max(rto_s + rpo_s, slowdown_s)
     lost = fleet.interruptions_per_day * per_interruption
     ettr = 1.0 / (1.0 + lost / SECONDS_PER_DAY)
     return CostProjection(fleet=fleet, rto_s=rto_s, rpo_s=rpo_s, ettr=ettr,
                           lost_s_per_day=lost,
-                          gpu_hours_lost_per_day=fleet.gpus * 24.0 * (1.0 - ettr))
+                          gpu_hours_lost_per_day=fleet.gpus * 24.0 * (1.0 - ettr),
+                          slowdown_s=slowdown_s)
 

@@ -80,13 +80,30 @@ def _facts(journal: dict[str, Any], summary: JournalSummary) -> list[tuple[str, 
     ]
 
 
+def _measured(summary: JournalSummary) -> bool:
+    """Whether the run measured anything a projection can charge each interruption."""
+    return not (summary.rto_s is None and summary.rpo_s is None
+                and summary.slowdown_lost_s is None)
+
+
 def _scale(summary: JournalSummary, fleet: Fleet) -> list[tuple[int, Any]]:
-    if (summary.rto_s is None and summary.rpo_s is None) or no_projection(fleet):
+    if not _measured(summary) or no_projection(fleet):
         return []
     sizes = sorted(set(SCALE_FLEETS) | {fleet.gpus})
     rto, rpo = summary.rto_s or 0.0, summary.rpo_s or 0.0
     return [(size, project(rto, rpo, Fleet(size, fleet.interruptions_per_gpu_day,
-                                                     fleet.source))) for size in sizes]
+                                           fleet.source),
+                           slowdown_s=summary.slowdown_lost_s or 0.0)) for size in sizes]
+
+
+def goodput_line(summary: JournalSummary) -> str | None:
+    """The work a slowdown left, in one sentence (None: no throughput was measured)."""
+    if summary.goodput is None:
+        return None
+    lost = ("" if summary.slowdown_lost_s is None
+            else f"; the window cost {summary.slowdown_lost_s:.3g} s of work at the baseline rate")
+    return (f"Goodput during the fault: {summary.goodput:.0%} of the baseline rate "
+            f"({1 - summary.goodput:.0%} slower){lost}")
 
 
 def render_html(journal: dict[str, Any], summary: JournalSummary,
@@ -160,9 +177,10 @@ def _faults_html(journal: dict[str, Any]) -> str:
 
 def _scale_html(summary: JournalSummary, fleet: Fleet) -> str:
     scale = _scale(summary, fleet)
+    goodput = goodput_line(summary)
+    head = "<h2>What it costs at scale</h2>" + (f"<p>{_esc(goodput)}.</p>" if goodput else "")
     if not scale:
-        return (f"<h2>What it costs at scale</h2><p class='muted'>"
-                f"{_esc(_unprojected(summary, fleet))}.</p>")
+        return f"{head}<p class='muted'>{_esc(_unprojected(summary, fleet))}.</p>"
     rows = [_row("fleet (GPUs)", "interruptions / day", "time lost / day", "ETTR",
                  "GPU-hours lost / day", header=True)]
     for size, projection in scale:
@@ -173,18 +191,23 @@ def _scale_html(summary: JournalSummary, fleet: Fleet) -> str:
     headline = next(p for s, p in scale if s == fleet.gpus)
     rpo = "" if summary.rpo_s else (" No RPO was measured: work redone from the last "
                                     "checkpoint is counted as zero.")
-    if summary.rto_s is None:
+    if headline.slowdown_counted:
+        rpo = (" Each interruption is charged the work this run's slowdown cost (it is "
+               "larger than RTO + RPO and holds them): as if a slowdown like it came at "
+               "the interruption rate.")
+    elif summary.rto_s is None:
         rpo += " No RTO was measured: only the work redone is counted."
-    return (f"<h2>What it costs at scale</h2><p>{_esc(headline.line())}.</p>"
-            f"<table>{''.join(rows)}</table><p class='muted'>ETTR = 1 / (1 + Λ·(RTO + RPO) / "
-            f"86 400 s), Λ = interruptions per GPU-day x GPUs. {_esc(fleet.assumptions())}."
-            f"{rpo}</p>")
+    return (f"{head}<p>{_esc(headline.line())}.</p>"
+            f"<table>{''.join(rows)}</table><p class='muted'>ETTR = 1 / (1 + Λ·L / 86 400 s), "
+            f"L = RTO + RPO (or the work a slowdown cost, when larger), Λ = interruptions "
+            f"per GPU-day x GPUs. {_esc(fleet.assumptions())}.{_esc(rpo)}</p>")
 
 
 def _unprojected(summary: JournalSummary, fleet: Fleet) -> str:
     """Why a run's page projects nothing."""
-    if summary.rto_s is None and summary.rpo_s is None:
-        return "Neither an RTO nor an RPO was measured in this run, so there is nothing to project"
+    if not _measured(summary):
+        return ("Neither an RTO, an RPO nor a slowdown was measured in this run, so there is "
+                "nothing to project")
     return no_projection(fleet) or ""
 
 
@@ -228,6 +251,9 @@ def render_markdown(journal: dict[str, Any], summary: JournalSummary,
         out.append("No measurement with an objective in this run.")
     scale = _scale(summary, fleet)
     out += ["", "## What it costs at scale", ""]
+    goodput = goodput_line(summary)
+    if goodput:
+        out += [goodput + ".", ""]
     if scale:
         out += [next(p for s, p in scale if s == fleet.gpus).line() + ".", "",
                 "| fleet (GPUs) | interruptions/day | ETTR | GPU-hours lost/day |",

@@ -77,3 +77,41 @@ def test_a_playbook_states_its_fleet_only_by_naming_its_size(tmp_path: Path) -> 
                                             "gate: {min_ettr: 0.99}\n")
     with pytest.raises(InvalidInput, match=r"gate\.min_ettr.*serving fleet"):
         load_playbook(tmp_path / "d.yaml")
+
+
+def test_a_slowdown_is_charged_the_work_it_cost_not_as_work_redone() -> None:
+    """A real journal: net.latency (1 ms) on one rank's link of a torchrun DDP job, its
+    throughput measured by ``throughput.degradation`` (tests/workloads/test_ddp_latency.py).
+    Its ``lost_s`` is work a slowdown cost, not an RPO; the page shows the goodput and
+    charges each interruption that work."""
+    journal = real_journal("ddp-latency")
+    m = journal["gameday"]["verifiers"][0]["measurement"]
+    summary = summarize(journal, **SUMMARY_ARGS)
+    assert summary.rpo_s is None and summary.recover_s is None
+    assert summary.slowdown_lost_s == m["lost_s"]
+    assert summary.goodput == pytest.approx(m["during"]["rate"] / m["baseline"]["rate"])
+    share = f"{summary.goodput:.0%} of the baseline rate"
+    for page in (render_html(journal, summary, None), render_markdown(journal, summary, None)):
+        assert f"Goodput during the fault: {share}" in page
+        assert "does not say what fleet it stands for" in page
+    fleet = Fleet(gpus=16_384, stated=True)
+    expected = project(0.0, 0.0, fleet, slowdown_s=m["lost_s"])
+    for page in (render_html(journal, summary, fleet), render_markdown(journal, summary, fleet)):
+        assert f"a slowdown that cost {m['lost_s']:.3g} s of work" in page
+        assert f"{expected.ettr:.5f}" in page and "work redone" not in page
+
+
+@settings(max_examples=200, deadline=None)
+@given(rto=st.floats(0, 1e4, allow_nan=False), rpo=st.floats(0, 1e4, allow_nan=False),
+       slowdown=st.floats(0, 1e4, allow_nan=False), gpus=st.integers(1, 10**6))
+def test_each_interruption_is_charged_the_larger_of_outage_and_slowdown_never_both(
+        rto: float, rpo: float, slowdown: float, gpus: int) -> None:
+    fleet = Fleet(gpus=gpus, stated=True)
+    charged = project(rto, rpo, fleet, slowdown_s=slowdown)
+    alone = project(max(rto + rpo, slowdown), 0.0, fleet)
+    assert charged.ettr == pytest.approx(alone.ettr)
+    assert charged.ettr <= project(rto, rpo, fleet).ettr
+    assert charged.ettr >= project(rto + rpo + slowdown, 0.0, fleet).ettr
+    assert charged.slowdown_counted == (slowdown > rto + rpo)
+    with pytest.raises(InvalidInput):
+        project(rto, rpo, fleet, slowdown_s=-1.0)

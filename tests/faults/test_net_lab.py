@@ -46,6 +46,7 @@ def _predict(lab_dir: Path, timeout_s: float = 8.0) -> tuple[Any, float]:
 @pytest.mark.parametrize(("experiment", "kind"), [
     ("link-flap-node", "net.link_flap"),
     ("net-loss-node", "net.loss"),
+    ("net-latency-node", "net.latency"),
     ("service-latency-router", "service.latency"),
 ])
 def test_shipped_experiment_passes(experiment: str, kind: str, tmp_path: Path,

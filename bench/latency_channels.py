@@ -192,6 +192,7 @@ PREDICT_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "net.link_flap": ("node-1", {"link": "uplink"}, {"down_s": 30.0, "count": 1}),
     "net.loss": ("node-1", {"link": "uplink"}, {"percent": 100.0}),
     "net.partition": ("node-1", {"link": "uplink"}, {}),
+    "net.latency": ("node-1", {"link": "uplink"}, {"delay_ms": 200.0}),
     "service.latency": ("node-0", {"name": "router"}, {"delay_ms": 200.0}),
     "service.timeout": ("node-0", {"name": "router"}, {"hang_s": 0.3}),
 }

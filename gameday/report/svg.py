@@ -21,7 +21,7 @@ WIDTH = 960
 LEFT, RIGHT = 120, 24
 COLORS = {"fault": "#c62828", "alert": "#ef6c00", "reshard": "#1565c0", "sli": "#ad1457",
           "verifier": "#455a64", "ok": "#2e7d32", "down": "#c62828", "grid": "#e3e7ee",
-          "axis": "#5f6b7a", "window": "#ef9a9a", "rto": "#6a1b9a"}
+          "axis": "#5f6b7a", "window": "#ef9a9a", "rto": "#6a1b9a", "recovered": "#00838f"}
 
 
 def _nice_step(span: float, target_ticks: int = 8) -> float:
@@ -207,6 +207,7 @@ def _legend(y: float) -> tuple[list[str], float]:
          'stroke-dasharray="2 3"/>', "when an event happened"),
         (dot(COLORS["fault"]), "fault injected"), (dot(COLORS["sli"]), "SLI went down"),
         (dot(COLORS["alert"]), "alert fired"), (dot(COLORS["reshard"]), "shard moved"),
+        (dot(COLORS["recovered"]), "throughput back to pace"),
         (box(COLORS["ok"], "✓"), "verifier passed"), (box(COLORS["down"], "✗"), "failed"),
         (box(COLORS["verifier"], "•"), "recorded without a verdict (a baseline, such as "
                                        "the golden predictions captured before the fault)"),

@@ -177,6 +177,27 @@ def build_timeline(journal: dict[str, Any]) -> Timeline:
     return line
 
 
+def _fold_throughput(line: Timeline, name: str, m: Mapping[str, Any], rel: Any) -> None:
+    """A degradation's slowdown and time back to pace, against their objectives; the
+    moment the job was back to pace, on the timeline."""
+    if isinstance(m.get("slowdown_pct"), int | float):
+        line.objectives.append(Objective(f"{name} slowdown", float(m["slowdown_pct"]),
+                                         m.get("max_slowdown_pct"), "%"))
+    if isinstance(m.get("time_to_recover_s"), int | float):
+        line.objectives.append(Objective(f"{name} back to pace",
+                                         float(m["time_to_recover_s"]),
+                                         m.get("recover_within_s"), "s"))
+    if m.get("recovered_at"):
+        unit = m.get("unit") or "steps"
+        line.markers.append(Marker(rel(float(m["recovered_at"])), "recovered",
+                                   f"{name}: back to {_pct(m.get('recover_to'))} of the "
+                                   f"baseline {unit}/s"))
+
+
+def _pct(share: Any) -> str:
+    return f"{share:.0%}" if isinstance(share, int | float) else "pace"
+
+
 def _fold_verifier(line: Timeline, result: Mapping[str, Any], rel: Any, phase: str
                    ) -> None:
     m = result.get("measurement") or {}
@@ -212,6 +233,8 @@ def _fold_verifier(line: Timeline, result: Mapping[str, Any], rel: Any, phase: s
             if isinstance(m.get(key), int | float):
                 slo = m.get(key.replace("time_to_", "").replace("_s", "_slo_s"))
                 line.objectives.append(Objective(label, float(m[key]), slo, "s"))
+    if verifier == "throughput.degradation":
+        _fold_throughput(line, name, m, rel)
     if verifier == "steady.http_latency_ok" and isinstance(m.get("p99_ms"), int | float):
         when = f" ({phase})" if phase else ""
         line.objectives.append(Objective(f"{name} p99{when}", float(m["p99_ms"]),

@@ -491,7 +491,7 @@ def test_timeline_lines_cross_no_label_and_a_legend_names_every_mark(
                               ".map(g => g.textContent)")
     for mark in ("fault active", "SLI up / down", "RTO: onset to recovery", "SLO deadline",
                  "when an event happened", "fault injected", "SLI went down", "alert fired",
-                 "shard moved", "✓verifier passed", "✗failed",
+                 "shard moved", "throughput back to pace", "✓verifier passed", "✗failed",
                  "•recorded without a verdict"):
         assert any(item.startswith(mark) for item in legend), (mark, legend)
     marks = browser.evaluate("[...document.querySelectorAll('svg.timeline g.verifier text')]"
@@ -504,3 +504,23 @@ def test_timeline_lines_cross_no_label_and_a_legend_names_every_mark(
         " r.right > svg.right + 1; }).map(t => t.textContent); })()")
     assert hidden == []
     browser.screenshot(tmp_path / "timeline.png")
+
+
+def test_a_slowdown_is_drawn_against_its_objectives(tmp_path: Path, browser: _Browser) -> None:
+    """A real DDP run under net.latency (tests/report/data/ddp-latency-journal.json): the
+    moment the job was back to pace is on the timeline, the slowdown is a bar against
+    its objective (73% against at most 95%), and the goodput is in the cost section."""
+    journal = real_journal("ddp-latency")
+    report = tmp_path / "report.html"
+    report.write_text(render_html(journal, summarize(journal, path="j.json", sha256="0" * 64)))
+    browser.open(report.as_uri(), width=1400)
+    events = browser.evaluate("[...document.querySelectorAll('svg.timeline circle.event')]"
+                              ".map(c => c.getAttribute('class'))")
+    assert "event recovered" in events and "event fault" in events
+    labels = browser.evaluate("[...document.querySelectorAll('svg.objectives text')]"
+                              ".map(t => t.textContent).join(' ')")
+    assert "throughput-cost slowdown" in labels and "95" in labels
+    text = browser.evaluate("document.body.innerText")
+    assert "Goodput during the fault: 27% of the baseline rate" in text
+    assert "no measurement with an objective" not in text
+    browser.screenshot(tmp_path / "slowdown.png")

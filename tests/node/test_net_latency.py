@@ -23,6 +23,7 @@ from gameday.kinds.net import NET_LATENCY
 from gameday.node.host.netdelay import LatencyFault, netem_args
 from gameday.node.host.netns import in_netns
 from gameday.node.host.netrules import NETEM
+from gameday.node.host.nfqueue import bound_queues
 from gameday.wire.agent_client import AgentClient
 from tests.host_agent import host_agent
 from tests.node.net_support import PREFIX, NetnsPair, leftovers, netns_pair, sh
@@ -163,7 +164,9 @@ def test_a_revert_releases_what_is_held_at_once() -> None:
     handler = LatencyFault(PREFIX)
     with netns_pair() as pair, echoes(pair) as [echo]:
         req = request(pair, echo.address[1], delay_ms=10_000)
-        handler.apply("latheld", req)
+        queue = handler.apply("latheld", req)["queue"]
+        # bound in the namespace it acts in (what the next fault's choice reads), not here
+        assert queue in in_netns(pair.b, bound_queues) and queue not in bound_queues()
         sock: socket.socket = in_netns(pair.a, lambda: socket.socket(socket.AF_INET,
                                                                      socket.SOCK_DGRAM))
         sock.settimeout(5)

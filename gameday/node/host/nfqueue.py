@@ -48,7 +48,8 @@ NF_ACCEPT = 1
 QUEUE_MAXLEN = 65536
 RCVBUF = 8 << 20
 LIBRARY = "libnetfilter_queue.so.1"
-PROC_QUEUES = "/proc/net/netfilter/nfnetlink_queue"
+#: the calling thread's namespace's queues (``/proc/net`` is the main thread's)
+PROC_QUEUES = "/proc/thread-self/net/netfilter/nfnetlink_queue"
 
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p)
@@ -102,7 +103,7 @@ def nfqueue_unavailable() -> str | None:
 
 
 def bound_queues() -> set[int]:
-    """The queue numbers some process has bound in this namespace."""
+    """The queue numbers some process has bound in the calling thread's namespace."""
     try:
         with open(PROC_QUEUES) as lines:
             return {int(line.split()[0]) for line in lines if line.strip()}

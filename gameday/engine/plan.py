@@ -438,6 +438,8 @@ def estimate_duration(experiment: Mapping[str, Any]) -> float:
 def _matches_text(hit: Hit) -> str:
     parts = []
     for key, value in sorted(hit.matches.items()):
+        if value is None:  # a scope not given (no peer, no port): nothing to say
+            continue
         if key == "processes" and isinstance(value, list):
             parts.append("processes " + ", ".join(
                 f"{p.get('pid')} {p.get('command', '')}".strip() for p in value

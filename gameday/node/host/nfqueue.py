@@ -9,6 +9,12 @@ is over. Packets leave in the order they arrived (a release is never earlier tha
 one before it), so a delay with jitter slows a flow without reordering it, and one
 ``nfq_set_verdict_batch`` releases every packet that is due.
 
+A sleeping thread wakes late (tens of microseconds here, more for longer sleeps), and
+that lateness would be added to every hold: the delayer's thread asks for a 1 µs timer
+slack, wakes early by the lateness it has seen (a moving average, at most 0.3 ms) and
+waits out the rest of the hold on the clock. A packet is never released before its hold
+is over.
+
 It fails open, never closed: with ``bypass`` a queue nobody listens on passes packets
 unheld (the agent died: the traffic flows at its normal speed until the lease reverts
 the rules), and a full queue (``NFQA_CFG_F_FAIL_OPEN``) accepts what it cannot hold.
@@ -47,10 +53,17 @@ NFQA_CFG_F_FAIL_OPEN = 1
 NF_ACCEPT = 1
 QUEUE_MAXLEN = 65536
 RCVBUF = 8 << 20
+PR_SET_TIMERSLACK = 29
+#: The delayer thread's timer slack: the kernel may fire its wake-ups this late to
+#: coalesce them (50 us by default), which would add to every packet's hold.
+TIMER_SLACK_NS = 1000
+#: A release is never spun for longer than this (the rest of a wait is a sleep).
+SPIN_MAX_S = 0.0003
 LIBRARY = "libnetfilter_queue.so.1"
 #: the calling thread's namespace's queues (``/proc/net`` is the main thread's)
 PROC_QUEUES = "/proc/thread-self/net/netfilter/nfnetlink_queue"
 
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p)
 
@@ -112,6 +125,22 @@ def bound_queues() -> set[int]:
 
 
 @dataclass
+class _Lateness:
+    """How late this host wakes a sleeping thread (a moving average of what was seen,
+    at most ``SPIN_MAX_S``): the delayer wakes that much early, then waits out the rest
+    of a hold on the clock, so the wake-up's lateness is not added to every packet."""
+
+    estimate: float = 0.0
+
+    def woke(self, asked: float) -> float:
+        """Note a wake-up asked for ``asked`` (monotonic time); the time now."""
+        now = time.monotonic()
+        late = now - asked  # how late the sleep itself ended
+        self.estimate = min(SPIN_MAX_S, max(0.0, 0.9 * self.estimate + 0.1 * late))
+        return now
+
+
+@dataclass
 class DelayerStats:
     """What a delayer has done: packets held and released, its CPU time."""
 
@@ -139,6 +168,7 @@ class Delayer:
         self.stats = DelayerStats()
         self._held: collections.deque[tuple[float, int]] = collections.deque()
         self._last_release = 0.0
+        self._late = _Lateness()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self._callback = _CALLBACK(self._on_packet)  # kept: the library holds a pointer
@@ -206,17 +236,23 @@ class Delayer:
             _library().nfq_set_verdict_batch(self._qh, last, NF_ACCEPT)
 
     def _run(self) -> None:
+        _LIBC.prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0)  # this thread's own
         lib = _library()
         sock = socket.socket(fileno=os.dup(lib.nfq_fd(self._handle)))
         buf = ctypes.create_string_buffer(65536)
         started = time.thread_time()
         try:
             while not self._stop.is_set():
-                timeout = (max(0.0, self._held[0][0] - time.monotonic()) if self._held
-                           else None)
+                due = self._held[0][0] if self._held else None
+                wake = None if due is None else due - self._late.estimate
+                timeout = None if wake is None else max(0.0, wake - time.monotonic())
                 ready, _, _ = select.select([sock.fileno(), self._wake_r], [], [], timeout)
                 if sock.fileno() in ready:
                     self._drain_socket(lib, sock, buf)
+                elif wake is not None and due is not None:
+                    now = self._late.woke(wake)
+                    while now < due and due - now < SPIN_MAX_S:  # the last few microseconds
+                        now = time.monotonic()
                 self._release_due(time.monotonic())
                 self.stats.cpu_s = time.thread_time() - started
         finally:

@@ -80,6 +80,7 @@ class JournalSummary:
     sequence: int | None = None  # its place in its directory's hash chain
     slowdown_lost_s: float | None = None  # work a slowdown cost (throughput.degradation)
     goodput: float | None = None  # the lowest during / baseline rate of a degradation
+    slowdown_objective_pct: float | None = None  # its max_slowdown_pct, when it had one
     tags: tuple[str, ...] = ()  # the experiment's tags
 
     def to_json(self) -> dict[str, Any]:
@@ -234,6 +235,10 @@ def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, A
         if baseline and during is not None:
             share = max(0.0, during / baseline)
             summary.goodput = share if summary.goodput is None else min(summary.goodput, share)
+        bound = _number(measurement.get("max_slowdown_pct"))
+        if bound is not None:
+            summary.slowdown_objective_pct = (bound if summary.slowdown_objective_pct is None
+                                              else min(summary.slowdown_objective_pct, bound))
     if verifier == "rpo.stream_loss" and "lost" in measurement:
         summary.rpo_records = _worst(summary.rpo_records, _number(measurement["lost"]))
     if verifier.startswith("prediction_hash.") and passed is not None:

@@ -140,6 +140,9 @@ def _objectives(report: PlaybookReport) -> list[Objective]:
             found.append(Objective(f"{row.name}: RTO", summary.rto_s, summary.rto_slo_s, "s"))
         if summary.rpo_steps is not None:
             found.append(Objective(f"{row.name}: RPO", summary.rpo_steps, None, "steps"))
+        if summary.goodput is not None:  # a slowdown: each run's bar, the game day's curve
+            found.append(Objective(f"{row.name}: slowdown", 100 * (1 - summary.goodput),
+                                   summary.slowdown_objective_pct, "%"))
     return found
 
 
@@ -193,7 +196,7 @@ def render_html(report: PlaybookReport, fleet: Fleet | None = None) -> str:
         "<th>as expected</th><th>RTO</th><th>RPO</th><th>run report (or journal), journal "
         "sha256</th></tr>",
         "".join(rows), "</table>",
-        "<h2>Recovery against objectives</h2>", objectives_svg(_objectives(report)),
+        "<h2>Recovery and slowdown against objectives</h2>", objectives_svg(_objectives(report)),
         scale_html, "</main></body></html>\n"])
 
 

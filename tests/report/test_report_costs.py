@@ -4,6 +4,7 @@ training, and always with what they assume (the fleet, the failure statistics, t
 The journal is a real one recorded on the lab (tests/report/data); the playbook files are
 written by the test and read by the real loader."""
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ from gameday.evidence.summary import summarize
 from gameday.gamedays.costs import LLAMA3_SOURCE, Fleet, no_projection, project
 from gameday.gamedays.playbook import load_playbook
 from gameday.report.document import render_html, render_markdown
+from gameday.report.playbook import PlaybookReport, Row
+from gameday.report.playbook import render_html as playbook_html
+from gameday.report.timeline import number
 from tests.report.reports_helpers import real_journal
 
 SUMMARY_ARGS = {"path": "flagship.json", "sha256": "0" * 64}
@@ -115,3 +119,20 @@ def test_each_interruption_is_charged_the_larger_of_outage_and_slowdown_never_bo
     assert charged.slowdown_counted == (slowdown > rto + rpo)
     with pytest.raises(InvalidInput):
         project(rto, rpo, fleet, slowdown_s=-1.0)
+
+
+def test_a_game_day_of_slowdowns_draws_each_runs_slowdown_against_its_objective() -> None:
+    """A game day's page draws one slowdown bar per run (with several delays, the
+    throughput curve): the real DDP run (73 %, objective 95 %) and the same run as if
+    the job had kept half its pace (50 %)."""
+    journal = real_journal("ddp-latency")
+    halved = copy.deepcopy(journal)
+    m = halved["gameday"]["verifiers"][0]["measurement"]
+    m["during"]["rate"] = m["baseline"]["rate"] / 2
+    rows = [Row(name, "pass", "passed", True, None, summarize(j, **SUMMARY_ARGS), "")
+            for name, j in (("1ms", journal), ("half", halved))]
+    report = PlaybookReport("latency curve", "curve.yaml", 0.0, 1.0, 0, None, rows)
+    page = playbook_html(report)
+    slowdown = 100 * (1 - rows[0].summary.goodput)  # type: ignore[union-attr]
+    assert "1ms: slowdown" in page and f"{number(slowdown)} %" in page
+    assert "half: slowdown" in page and "50 %" in page and "objective 95 %" in page

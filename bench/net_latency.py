@@ -20,14 +20,13 @@ import argparse
 import contextlib
 import socket
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout
 
 from bench.netpair import veth_pair
+from bench.udpecho import echoes, round_trips_ms
 from gameday.contract.backend import FaultRequest
 from gameday.node.host.netdelay import LatencyFault
 from gameday.node.host.netns import in_netns
@@ -35,31 +34,6 @@ from gameday.stats import percentile
 
 DELAYS_MS = (0.05, 0.15, 0.3, 1.0, 5.0)
 JITTERED = ((5.0, 1.0, "uniform"), (5.0, 1.0, "normal"))
-ECHO = ("import socket, sys\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 0))\n"
-        "print(s.getsockname()[1], flush=True)\n"
-        "while True:\n"
-        "    data, peer = s.recvfrom(64); s.sendto(data, peer)\n")
-
-
-def round_trips_ms(ns: str, address: tuple[str, int], count: int) -> list[float]:
-    sock: socket.socket = in_netns(ns, lambda: socket.socket(socket.AF_INET,
-                                                             socket.SOCK_DGRAM))
-    sock.settimeout(5)
-    times = []
-    try:
-        for i in range(count):
-            payload = i.to_bytes(4, "big")
-            started = time.perf_counter()
-            sock.sendto(payload, address)
-            while sock.recv(64) != payload:
-                pass
-            times.append((time.perf_counter() - started) * 1000)
-    finally:
-        sock.close()
-    return times
-
-
 def burst(ns: str, address: tuple[str, int], count: int, size: int = 50) -> int:
     """``count`` datagrams in back-to-back bursts of ``size`` (each burst's echoes
     collected before the next, so no socket buffer overflows); how many came back."""
@@ -90,50 +64,42 @@ def main() -> int:
         print(f"net_latency: unavailable here: {reason}")
         return 2
     errors_p50, errors_p99 = [], []
-    with veth_pair() as pair:
-        a, b, lb, ip_b = pair.a, pair.b, pair.link_b, pair.ip_b
-        echo = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", ECHO, ip_b],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            assert echo.stdout is not None
-            address = (ip_b, int(echo.stdout.readline()))
-            base = round_trips_ms(a, address, args.probes)
-            base_p50 = statistics.median(base)
-            print(f"baseline round trip: p50 {base_p50:.3f} ms, "
-                  f"p99 {percentile(base, 0.99, nearest_rank=True):.3f} ms")
-            print(f"{'asked':>18} {'added p50':>10} {'added p99':>10} {'p50 error':>10}")
-            cases = [(d, 0.0, "uniform") for d in DELAYS_MS] + list(JITTERED)
-            mechanism = ""
-            for n, (delay, jitter, distribution) in enumerate(cases):
-                request = FaultRequest("net.latency", {"netns": b, "link": lb},
-                                       {"delay_ms": delay, "jitter_ms": jitter,
-                                        "distribution": distribution, "port": address[1],
-                                        "direction": "egress"})
-                details = handler.apply(f"bench{n}", request)
-                mechanism = f"{details['mechanism']}/{details.get('rules_mechanism', '-')}"
-                try:
-                    added = [t - base_p50 for t in round_trips_ms(a, address, args.probes)]
-                finally:
-                    handler.revert(f"bench{n}", request)
-                p50 = statistics.median(added)
-                p99 = percentile(added, 0.99, nearest_rank=True)
-                label = f"{delay:g} ms" + (f" ± {jitter:g} {distribution}" if jitter else "")
-                print(f"{label:>18} {p50:>10.3f} {p99:>10.3f} {p50 - delay:>+10.3f}")
-                if not jitter:
-                    errors_p50.append(p50 - delay)
-                    errors_p99.append(p99 - delay)
+    with veth_pair() as pair, echoes(pair.b, pair.ip_b) as [echo]:
+        a, b, lb, address = pair.a, pair.b, pair.link_b, echo.address
+        base = round_trips_ms(a, address, args.probes)
+        base_p50 = statistics.median(base)
+        print(f"baseline round trip: p50 {base_p50:.3f} ms, "
+              f"p99 {percentile(base, 0.99, nearest_rank=True):.3f} ms")
+        print(f"{'asked':>18} {'added p50':>10} {'added p99':>10} {'p50 error':>10}")
+        cases = [(d, 0.0, "uniform") for d in DELAYS_MS] + list(JITTERED)
+        mechanism = ""
+        for n, (delay, jitter, distribution) in enumerate(cases):
             request = FaultRequest("net.latency", {"netns": b, "link": lb},
-                                   {"delay_ms": 1.0, "port": address[1],
+                                   {"delay_ms": delay, "jitter_ms": jitter,
+                                    "distribution": distribution, "port": address[1],
                                     "direction": "egress"})
-            handler.apply("benchburst", request)
+            details = handler.apply(f"bench{n}", request)
+            mechanism = f"{details['mechanism']}/{details.get('rules_mechanism', '-')}"
             try:
-                back = burst(a, address, args.probes * 20)
-                stats = handler.stats("benchburst") or {}
+                added = [t - base_p50 for t in round_trips_ms(a, address, args.probes)]
             finally:
-                handler.revert("benchburst", request)
+                handler.revert(f"bench{n}", request)
+            p50 = statistics.median(added)
+            p99 = percentile(added, 0.99, nearest_rank=True)
+            label = f"{delay:g} ms" + (f" ± {jitter:g} {distribution}" if jitter else "")
+            print(f"{label:>18} {p50:>10.3f} {p99:>10.3f} {p50 - delay:>+10.3f}")
+            if not jitter:
+                errors_p50.append(p50 - delay)
+                errors_p99.append(p99 - delay)
+        request = FaultRequest("net.latency", {"netns": b, "link": lb},
+                               {"delay_ms": 1.0, "port": address[1],
+                                "direction": "egress"})
+        handler.apply("benchburst", request)
+        try:
+            back = burst(a, address, args.probes * 20)
+            stats = handler.stats("benchburst") or {}
         finally:
-            echo.kill()
-            echo.wait()
+            handler.revert("benchburst", request)
     print(f"burst: {stats.get('packets')} packets ({back} echoed), at most "
           f"{stats.get('max_held')} held at once, {stats.get('cpu_us_per_packet')} µs of "
           f"the delayer's CPU each")

@@ -10,13 +10,15 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.udpecho import Echo
+from bench.udpecho import echoes as udp_echoes
+from bench.udpecho import round_trips_ms as prober_round_trips
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected, InvalidInput
 from gameday.kinds.net import NET_LATENCY
@@ -24,6 +26,7 @@ from gameday.node.host.netdelay import LatencyFault, netem_args
 from gameday.node.host.netns import in_netns
 from gameday.node.host.netrules import NETEM
 from gameday.node.host.nfqueue import bound_queues
+from gameday.stats import percentile
 from gameday.wire.agent_client import AgentClient
 from tests.host_agent import host_agent
 from tests.node.net_support import PREFIX, NetnsPair, leftovers, netns_pair, sh
@@ -34,62 +37,12 @@ pytestmark = pytest.mark.skipif(LatencyFault(PREFIX).unavailable() is not None,
                                 reason=str(LatencyFault(PREFIX).unavailable()))
 
 
-ECHO = ("import socket, sys\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 0))\n"
-        "print(s.getsockname()[1], flush=True)\n"
-        "while True:\n"
-        "    data, peer = s.recvfrom(64); s.sendto(data, peer)\n")
-
-
-class Echo:
-    """A UDP echo server: a process of its own inside the namespace, as a job's would be
-    (not a thread of the delayer's process)."""
-
-    def __init__(self, ns: str, ip: str) -> None:
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", ECHO,
-                                      ip], stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        self.address = (ip, int(self.proc.stdout.readline()))
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-
-@contextlib.contextmanager
-def echoes(pair: NetnsPair, count: int = 1) -> Iterator[list[Echo]]:
-    servers: list[Echo] = []
-    try:
-        servers += [Echo(pair.b, pair.ip_b) for _ in range(count)]
-        yield servers
-    finally:
-        for server in servers:
-            server.close()
+def echoes(pair: NetnsPair, count: int = 1) -> contextlib.AbstractContextManager[list[Echo]]:
+    return udp_echoes(pair.b, pair.ip_b, count)
 
 
 def round_trips_ms(pair: NetnsPair, address: tuple[str, int], count: int) -> list[float]:
-    """``count`` sequential round trips from namespace a, each timed by the prober."""
-    sock: socket.socket = in_netns(pair.a, lambda: socket.socket(socket.AF_INET,
-                                                                 socket.SOCK_DGRAM))
-    sock.settimeout(5)
-    times = []
-    try:
-        for i in range(count):
-            started = time.perf_counter()
-            sock.sendto(i.to_bytes(4, "big"), address)
-            while sock.recv(64) != i.to_bytes(4, "big"):
-                pass
-            times.append((time.perf_counter() - started) * 1000)
-    finally:
-        sock.close()
-    return times
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+    return prober_round_trips(pair.a, address, count)
 
 
 def request(pair: NetnsPair, port: int, **params: object) -> FaultRequest:
@@ -129,7 +82,7 @@ def test_the_delay_added_is_the_delay_asked(seed: int) -> None:
         # never early (a packet leaves after its hold); late only by the host's
         # scheduling, which under the suite's load can add a few ms to any one probe
         assert all(low <= a for a in added), (delay, jitter, distribution, added)
-        assert percentile(added, 0.9) <= high, (delay, jitter, distribution, added)
+        assert percentile(added, 0.9, nearest_rank=True) <= high, (delay, jitter, added)
         assert abs(statistics.median(added) - delay) <= max(jitter, 0.2) + OVERHEAD_MS / 2
         after = statistics.median(round_trips_ms(pair, echo.address, 30))
         assert after < base + 0.5

@@ -63,11 +63,6 @@ def netem_args(params: LatencyParams) -> list[str]:
     return args
 
 
-def _sampler(params: LatencyParams) -> DelaySampler:
-    return DelaySampler(params.delay_ms / 1000.0, params.jitter_ms / 1000.0,
-                        params.distribution, params.correlation / 100.0)
-
-
 class LatencyFault:
     """``net.latency`` on a real link (or a namespace's links)."""
 
@@ -142,7 +137,7 @@ class LatencyFault:
             if queue in taken:
                 continue
             try:
-                return Delayer(queue, _sampler(params), netns).start()
+                return Delayer(queue, DelaySampler.of(params), netns).start()
             except FaultRejected as exc:  # bound meanwhile by someone else: the next
                 last = exc
         raise FaultRejected(f"no free netfilter queue near {QUEUE_BASE + start}"
@@ -203,16 +198,24 @@ class LatencyFault:
         netns = request.target.get("netns")
         link = request.target.get("link")
         link = link if isinstance(link, str) else None
+        delayer = self._delayers.pop(fault_id, None)
         if not (netns and not os.path.exists(f"/run/netns/{netns}")):
             name = rule_name(self.prefix, fault_id)
+            if delayer is None and link and self._used_netem(request):
+                NETEM.remove(name, netns, link)  # its qdisc: refused over any other's
             for wanted in RULE_MECHANISMS:
                 with contextlib.suppress(FaultRejected):
                     mechanism(wanted, allowed=RULE_MECHANISMS).remove(name, netns, link)
-            if link and request.params.get("mechanism") != "nfqueue" \
-                    and NETEM.unavailable() is None:
-                NETEM.remove(name, netns, link)
-        delayer = self._delayers.pop(fault_id, None)
         return delayer.stop().to_json() if delayer is not None else None
+
+    def _used_netem(self, request: FaultRequest) -> bool:
+        """Whether ``request`` was served by netem (the choice is the parameters' and the
+        host's, so an agent started again makes it the same way); a root netem qdisc
+        that another fault or an administrator put on the link is never removed."""
+        try:
+            return self._checked(request)[3] == "netem"
+        except FaultRejected:
+            return False
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         runner = self._runners.pop(fault_id, None)

@@ -17,19 +17,20 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["in_netns", "route"]
+__all__ = ["LIBC", "in_netns", "route"]
 
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
 T = TypeVar("T")
 
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+#: the C library (``setns``, and ``prctl`` for the packet delayer)
+LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _enter(netns: str) -> None:
     fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+        if LIBC.setns(fd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"cannot enter netns {netns}: {os.strerror(err)}")
     finally:

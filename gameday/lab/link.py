@@ -102,9 +102,7 @@ class LinkFault:
             if scoped.mechanism != "auto":
                 raise FaultRejected(f"params.mechanism {scoped.mechanism} is a host's; the "
                                     f"lab's link holds requests itself (use auto)")
-            jitter = (DelaySampler(0.0, scoped.jitter_ms / 1000.0, scoped.distribution,
-                                   scoped.correlation / 100.0),) if scoped.jitter_ms else ()
-            return (Impairment(delay_s=scoped.delay_ms / 1000.0, jitter=jitter),
+            return (Impairment(samplers=(DelaySampler.of(scoped),)),
                     hold_phases(scoped.duration_s))
         assert isinstance(scoped, PartitionParams)
         return Impairment(hold=True), hold_phases(scoped.duration_s)

@@ -15,8 +15,8 @@ applies their combination to every chunk it forwards:
   shows as latency, as it does on a real network;
 - ``delay_s``: added once per request: before the first chunk sent towards the upstream
   after data came back from it (request/response protocols: once per request);
-  ``jitter`` adds each of its samplers' draws (:class:`gameday.node.delays.DelaySampler`)
-  to it, drawn anew for each request.
+  ``samplers`` add each one's draw (:class:`gameday.node.delays.DelaySampler`: a delay
+  varied by its jitter) to it, drawn anew for each request.
 
 Waits end early when the impairment that caused them is lifted. Connections are served
 by two threads each (one per direction).
@@ -57,15 +57,15 @@ class Impairment:
     loss: float = 0.0
     delay_s: float = 0.0
     hold_s: float | None = None  # a hold longer than this cuts the connection
-    jitter: tuple[DelaySampler, ...] = ()
+    samplers: tuple[DelaySampler, ...] = ()
 
     def draw_delay(self) -> float:
         """This request's added delay: ``delay_s`` plus a draw of each sampler."""
-        return self.delay_s + sum(sampler.draw() for sampler in self.jitter)
+        return self.delay_s + sum(sampler.draw() for sampler in self.samplers)
 
     @property
     def delays(self) -> bool:
-        return self.delay_s > 0 or bool(self.jitter)
+        return self.delay_s > 0 or bool(self.samplers)
 
     @staticmethod
     def combine(items: Iterable["Impairment"]) -> "Impairment":
@@ -74,9 +74,9 @@ class Impairment:
         kept = 1.0
         delay = 0.0
         limits = []
-        jitter: list[DelaySampler] = []
+        samplers: list[DelaySampler] = []
         for item in items:
-            jitter += item.jitter
+            samplers += item.samplers
             down |= item.down
             hold |= item.hold
             kept *= 1.0 - item.loss
@@ -84,7 +84,7 @@ class Impairment:
             if item.hold and item.hold_s is not None:
                 limits.append(item.hold_s)
         return Impairment(down, hold, 1.0 - kept, delay, min(limits) if limits else None,
-                          tuple(jitter))
+                          tuple(samplers))
 
     @property
     def clear(self) -> bool:

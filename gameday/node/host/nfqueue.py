@@ -42,7 +42,7 @@ import structlog
 
 from gameday.errors import FaultRejected
 from gameday.node.delays import DelaySampler
-from gameday.node.host.netns import in_netns
+from gameday.node.host.netns import LIBC, in_netns
 
 __all__ = ["Delayer", "DelayerStats", "bound_queues", "nfqueue_unavailable"]
 
@@ -53,6 +53,7 @@ NFQA_CFG_F_FAIL_OPEN = 1
 NF_ACCEPT = 1
 QUEUE_MAXLEN = 65536
 RCVBUF = 8 << 20
+SO_RCVBUFFORCE = 33  # as SO_RCVBUF, past the system limit (root); not in socket
 PR_SET_TIMERSLACK = 29
 #: The delayer thread's timer slack: the kernel may fire its wake-ups this late to
 #: coalesce them (50 us by default), which would add to every packet's hold.
@@ -63,7 +64,6 @@ LIBRARY = "libnetfilter_queue.so.1"
 #: the calling thread's namespace's queues (``/proc/net`` is the main thread's)
 PROC_QUEUES = "/proc/thread-self/net/netfilter/nfnetlink_queue"
 
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p)
 
@@ -167,7 +167,6 @@ class Delayer:
         self.netns = netns
         self.stats = DelayerStats()
         self._held: collections.deque[tuple[float, int]] = collections.deque()
-        self._last_release = 0.0
         self._late = _Lateness()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -195,7 +194,7 @@ class Delayer:
         lib.nfq_set_queue_flags(qh, NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_FAIL_OPEN)
         sock = socket.socket(fileno=os.dup(lib.nfq_fd(handle)))
         try:
-            sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF)  # SO_RCVBUFFORCE (root)
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
         finally:
@@ -219,9 +218,7 @@ class Delayer:
         header = _library().nfq_get_msg_packet_hdr(nfad)
         if not header:
             return 0
-        now = time.monotonic()
-        release = max(now + self.sampler.draw(), self._last_release)
-        self._last_release = release
+        release = self.sampler.release_at(time.monotonic())
         self._held.append((release, header.contents.packet_id))
         self.stats.packets += 1
         self.stats.max_held = max(self.stats.max_held, len(self._held))
@@ -236,7 +233,7 @@ class Delayer:
             _library().nfq_set_verdict_batch(self._qh, last, NF_ACCEPT)
 
     def _run(self) -> None:
-        _LIBC.prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0)  # this thread's own
+        LIBC.prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0)  # this thread's own
         lib = _library()
         sock = socket.socket(fileno=os.dup(lib.nfq_fd(self._handle)))
         buf = ctypes.create_string_buffer(65536)

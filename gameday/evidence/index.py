@@ -50,7 +50,9 @@ from gameday.evidence.summary import (
     summary_from_json,
 )
 
-VERSION = 1
+#: Bumped whenever what a summary holds changes, so a warm index never serves a summary
+#: made by older rules (2: a throughput degradation's lost work is no longer an RPO).
+VERSION = 2
 #: Files changed this recently (seconds, by ctime) are read but not indexed.
 RACY_S = 2.0
 

@@ -61,6 +61,12 @@ class JournalSummary:
     host: str = ""
 
     @property
+    def goodput(self) -> float | None:
+        """The share of its baseline rate the job kept during the fault (the worst
+        measured slowdown's complement); None when no throughput was measured."""
+        return None if self.slowdown_pct is None else max(0.0, 1 - self.slowdown_pct / 100)
+
+    @property
     def real(self) -> bool:
         """Whether the faults landed on a real target, not the virtual lab."""
         return self.target not in ("lab", "none") and "virtual" not in self.injected_at
@@ -79,7 +85,7 @@ class JournalSummary:
     slo_s: dict[str, float] = field(default_factory=dict)  # objective -> bound in seconds
     sequence: int | None = None  # its place in its directory's hash chain
     slowdown_lost_s: float | None = None  # work a slowdown cost (throughput.degradation)
-    goodput: float | None = None  # the lowest during / baseline rate of a degradation
+    slowdown_pct: float | None = None  # the worst slowdown a degradation measured
     slowdown_objective_pct: float | None = None  # its max_slowdown_pct, when it had one
     tags: tuple[str, ...] = ()  # the experiment's tags
 
@@ -137,7 +143,7 @@ _MEASURES = (("rto_s", "rto_s"), ("rpo_s", "rpo_s"), ("lost_s", "rpo_s"),
 # throughput.degradation's own: its lost_s is work a slowdown cost (not work redone from
 # a checkpoint) and its time_to_recover_s is back to pace (not detection to recovery)
 _THROUGHPUT = "throughput.degradation"
-_THROUGHPUT_MEASURES = (("lost_s", "slowdown_lost_s"),)
+_THROUGHPUT_MEASURES = (("lost_s", "slowdown_lost_s"), ("slowdown_pct", "slowdown_pct"))
 # measurement key -> objective of gameday_slo_seconds
 _SLO_KEYS = (("detect_slo_s", "detect"), ("reshard_slo_s", "reshard"),
              ("recover_slo_s", "recover"))
@@ -230,11 +236,6 @@ def _more_facts(summary: JournalSummary, verifier: str, measurement: dict[str, A
                 passed: Any) -> None:
     """The facts the metrics of results add: records lost, hash matches, SLO bounds."""
     if verifier == _THROUGHPUT:
-        baseline = _number((measurement.get("baseline") or {}).get("rate"))
-        during = _number((measurement.get("during") or {}).get("rate"))
-        if baseline and during is not None:
-            share = max(0.0, during / baseline)
-            summary.goodput = share if summary.goodput is None else min(summary.goodput, share)
         bound = _number(measurement.get("max_slowdown_pct"))
         if bound is not None:
             summary.slowdown_objective_pct = (bound if summary.slowdown_objective_pct is None

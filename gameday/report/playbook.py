@@ -140,8 +140,8 @@ def _objectives(report: PlaybookReport) -> list[Objective]:
             found.append(Objective(f"{row.name}: RTO", summary.rto_s, summary.rto_slo_s, "s"))
         if summary.rpo_steps is not None:
             found.append(Objective(f"{row.name}: RPO", summary.rpo_steps, None, "steps"))
-        if summary.goodput is not None:  # a slowdown: each run's bar, the game day's curve
-            found.append(Objective(f"{row.name}: slowdown", 100 * (1 - summary.goodput),
+        if summary.slowdown_pct is not None:  # each run's bar: the game day's curve
+            found.append(Objective(f"{row.name}: slowdown", summary.slowdown_pct,
                                    summary.slowdown_objective_pct, "%"))
     return found
 

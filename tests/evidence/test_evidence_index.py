@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gameday.evidence import audit, checked
-from gameday.evidence.index import VerifiedIndex
+from gameday.evidence.index import VERSION, VerifiedIndex
 from tests.evidence.attacks import ATTACKS, Chain, attack
 
 OURS = Ed25519PrivateKey.generate()
@@ -119,8 +119,9 @@ def test_a_fresh_file_is_not_kept_and_another_key_has_its_own_entries(tmp_path: 
 def test_a_broken_index_is_started_afresh(tmp_path: Path) -> None:
     chain = Chain.write(tmp_path / "j", 2, OURS)
     where = tmp_path / "index.json"
-    for junk in (b"not json", b"[]", json.dumps({"version": 1, "keys": {"x": 1}}).encode(),
-                 json.dumps({"version": 1, "keys": {
+    for junk in (b"not json", b"[]", json.dumps({"version": VERSION, "keys": {"x": 1}}).encode(),
+                 json.dumps({"version": VERSION - 1, "keys": {}}).encode(),  # an older one
+                 json.dumps({"version": VERSION, "keys": {
                      VerifiedIndex.open(where, TRUSTED).fingerprint: {
                          str(chain.directory / "a.json"): {"stamp": "bad"}}}}).encode()):
         where.write_bytes(junk)

@@ -93,6 +93,7 @@ def test_a_slowdown_is_charged_the_work_it_cost_not_as_work_redone() -> None:
     summary = summarize(journal, **SUMMARY_ARGS)
     assert summary.rpo_s is None and summary.recover_s is None
     assert summary.slowdown_lost_s == m["lost_s"]
+    assert summary.slowdown_pct == m["slowdown_pct"]
     assert summary.goodput == pytest.approx(m["during"]["rate"] / m["baseline"]["rate"])
     share = f"{summary.goodput:.0%} of the baseline rate"
     for page in (render_html(journal, summary, None), render_markdown(journal, summary, None)):
@@ -128,11 +129,11 @@ def test_a_game_day_of_slowdowns_draws_each_runs_slowdown_against_its_objective(
     journal = real_journal("ddp-latency")
     halved = copy.deepcopy(journal)
     m = halved["gameday"]["verifiers"][0]["measurement"]
-    m["during"]["rate"] = m["baseline"]["rate"] / 2
+    m["during"]["rate"], m["slowdown_pct"] = m["baseline"]["rate"] / 2, 50.0
     rows = [Row(name, "pass", "passed", True, None, summarize(j, **SUMMARY_ARGS), "")
             for name, j in (("1ms", journal), ("half", halved))]
     report = PlaybookReport("latency curve", "curve.yaml", 0.0, 1.0, 0, None, rows)
     page = playbook_html(report)
-    slowdown = 100 * (1 - rows[0].summary.goodput)  # type: ignore[union-attr]
+    slowdown = journal["gameday"]["verifiers"][0]["measurement"]["slowdown_pct"]
     assert "1ms: slowdown" in page and f"{number(slowdown)} %" in page
     assert "half: slowdown" in page and "50 %" in page and "objective 95 %" in page

@@ -40,6 +40,7 @@ from typing import Any
 
 import structlog
 
+from gameday.bounded import no_cyclic_gc
 from gameday.clock import Clock
 from gameday.engine.blast_radius import BlastRadius
 from gameday.engine.fanout import FanoutOptions, Outcome, Then, Waiting, fan_out, transient
@@ -95,6 +96,7 @@ class FaultInjector:
 
     # -- inject ----------------------------------------------------------------------
 
+    @no_cyclic_gc()  # a fleet's requests, entries and answers: a million objects, no cycles
     def inject(self, requests: Sequence[InjectRequest], *, action: str = "",
                lease_s: float | None = None, options: FanoutOptions | None = None
                ) -> list[FaultEntry]:
@@ -254,6 +256,7 @@ class FaultInjector:
         failed = self.revert(self.ledger.active(), reason)
         return failures + list(failed.values())
 
+    @no_cyclic_gc()
     def revert(self, entries: Sequence[FaultEntry], reason: str,
                options: FanoutOptions | None = None) -> dict[str, str]:
         """Revert agent faults, one batch per agent, concurrently; record them in one

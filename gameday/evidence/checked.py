@@ -8,14 +8,12 @@ not is kept with its reason (and its summary when it is readable, so reports can
 where it would have counted).
 """
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from gameday.bounded import no_cyclic_gc
 from gameday.errors import InvalidInput
 from gameday.evidence.audit import (
     AuditResult,
@@ -71,22 +69,8 @@ def check(root: Path, trusted: Ed25519PublicKey | None = None,
     """
     if not root.is_dir():
         raise InvalidInput("is not a directory of journals", file=str(root))
-    with _no_cyclic_gc():
+    with no_cyclic_gc():  # millions of objects that form no cycles
         return _check(root, trusted, index)
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Reading 10,000 journals' facts and summaries allocates millions of objects that
-    form no cycles; the cyclic collector would walk them over and over (a third of the
-    time in bench/report_scale.py), so it waits until the reading is done."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _ReadOnce:

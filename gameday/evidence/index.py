@@ -27,7 +27,6 @@ edited journal pass. It is written atomically; one it cannot read is started afr
 """
 
 import dataclasses
-import gc
 import hashlib
 import json
 import os
@@ -40,6 +39,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gameday.atomic import replace_file
+from gameday.bounded import no_cyclic_gc
 from gameday.errors import InvalidInput
 from gameday.evidence import signing
 from gameday.evidence.audit import JournalFacts, read_facts
@@ -156,15 +156,11 @@ class VerifiedIndex:
         """The index at ``path`` for ``trusted`` (empty when there is none, or it is not
         one this version wrote)."""
         index = cls(path, fingerprint(trusted), clock)
-        enabled = gc.isenabled()
-        gc.disable()  # millions of acyclic objects: see gameday.evidence.checked
         try:
-            document = json.loads(path.read_bytes())
+            with no_cyclic_gc():  # millions of objects that form no cycles
+                document = json.loads(path.read_bytes())
         except (OSError, ValueError, RecursionError):
             return index
-        finally:
-            if enabled:
-                gc.enable()
         if not isinstance(document, dict) or document.get("version") != VERSION:
             return index
         sections = document.get("keys")

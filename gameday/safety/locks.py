@@ -1,15 +1,18 @@
 """Target locks: two runs never fault the same GPU, link, path or pod at once.
 
 Under ``$GAMEDAY_HOME/locks`` each target key (``node-0.gpu-2``, ``node-1.link-eth0``,
-...) is one byte of one of 64 lock files, ``targets-00.lock`` to ``targets-63.lock``, at
-an offset derived from the key's SHA-256 (62 bits: two keys sharing a byte is not a
-practical concern; the offset also picks the file). A run takes a target's byte with an
-open-file-description lock (``F_OFD_SETLK``, write, non-blocking) *before* it injects; a
-byte already locked refuses the run with :class:`TargetLocked`. Taking a lock is a
-system call on a file the run opened once, not a file per target: a fan-out over a fleet
-locks 1,024 GPUs in a few milliseconds. (The kernel keeps a file's locks in a list that
-each new lock is checked against, so they are spread over 64 files: in one file, 1,024
-locks would cost four times as much, and 16,384 sixty times.)
+...) is one byte of one of 64 lock files, ``targets-00.lock`` to ``targets-63.lock``. A
+GPU's byte is its index in a range of 1,024 bytes of its node's (placed by 52 bits of the
+SHA-256 of the node's name, which also picks the file); any other key's byte is placed
+by 62 bits of the key's SHA-256 (two keys sharing a byte is not a practical concern). A
+run takes a target's byte with an open-file-description lock (``F_OFD_SETLK``, write,
+non-blocking) *before* it injects; a byte already locked refuses the run with
+:class:`TargetLocked`. Taking a lock is a system call on a file the run opened once, not
+a file per target, and a node's GPUs taken together are ONE call for their adjacent
+bytes, which the kernel keeps as one lock. (The kernel keeps a file's locks in a list
+that each new lock is checked against: with a byte per GPU at a hashed offset, 131,072
+GPUs took 10.8 s to lock, the lists 2,048 long and out of the CPU's caches; a lock per
+node, 0.35 s.)
 
 Who holds what: each run that holds locks keeps ``runs/<run id>.held``, whose first line
 is the holder (run id, pid, host, since) and each further line a target key it locked,
@@ -39,7 +42,7 @@ import re
 import socket
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -97,25 +100,60 @@ def _safe(part: str) -> str:
     return _UNSAFE.sub("_", part)
 
 
+#: A GPU's key (``node-0.gpu-2``): its node and its index.
+_GPU_KEY: Final = re.compile(r"(.+)\.gpu-(\d{1,3})")
+#: Bytes of a node's GPU range (GPU indexes 0 to 999).
+_GPU_SLOTS: Final = 1024
+
+
 def _offset(key: str) -> int:
-    """The byte that stands for ``key`` (its lock file: the offset modulo 64)."""
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 2
+    """The byte that stands for ``key``: a GPU's is its index in a range of its node's
+    (so that the locks of a node's GPUs are adjacent, which the kernel keeps as one
+    lock); any other key's is its hash. The lock file is :func:`_file_number`'s."""
+    gpu = _GPU_KEY.fullmatch(key)
+    if gpu is None:
+        return _hash(key, 62)
+    return _hash(gpu[1], 52) * _GPU_SLOTS + int(gpu[2])
+
+
+def _file_number(offset: int) -> int:
+    """The lock file of a byte: all of one node's GPU range in one file."""
+    return offset // _GPU_SLOTS % LOCK_FILES
+
+
+def _hash(text: str, bits: int) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> (64 - bits)
 
 
 #: ``struct flock`` (type, whence, start, length, pid) as ``F_OFD_SETLK`` reads it.
 _FLOCK: Final = struct.Struct("hhqqi4x")
 
 
-def _lock_byte(fd: int, offset: int) -> bool:
-    """Take the write lock of one byte without waiting; False if someone else holds it."""
+def _lock_bytes(fd: int, offset: int, length: int = 1) -> bool:
+    """Take the write lock of ``length`` bytes from ``offset`` without waiting; False if
+    someone else holds any of them."""
     try:
         if _OFD_SETLK is not None:
-            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+            fcntl.fcntl(fd, _OFD_SETLK,
+                        _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, length, 0))
         else:  # pragma: no cover - not Linux
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, length, offset, os.SEEK_SET)
     except (BlockingIOError, PermissionError):
         return False
     return True
+
+
+def _runs(pending: list[tuple[int, str, int]]) -> Iterator[list[tuple[int, str, int]]]:
+    """``(index, key, offset)`` in runs of adjacent bytes of one node's GPU range (a
+    node's GPUs in order: one run), each locked with one call."""
+    start = 0
+    while start < len(pending):
+        end = start + 1
+        while (end < len(pending) and pending[end][2] == pending[end - 1][2] + 1
+               and pending[end][2] % _GPU_SLOTS):
+            end += 1
+        yield pending[start:end]
+        start = end
 
 
 class TargetLocks:
@@ -146,20 +184,28 @@ class TargetLocks:
             return
         with self._guard:
             taken: list[str] = []
-            held, files = self._held, self._files
+            held, files, seen = self._held, self._files, set()
+            pending = []
+            for index, key in enumerate(keys):
+                if key not in held and key not in seen:
+                    seen.add(key)
+                    pending.append((index, key, _offset(key)))
             try:
-                for index, key in enumerate(keys):
-                    if key in held:
-                        continue
-                    offset = _offset(key)
-                    number = offset % LOCK_FILES
+                for run in _runs(pending):
+                    number = _file_number(run[0][2])
                     fd = files.get(number)
                     if fd is None:
                         fd = self._open(self.directory, number)
-                    if not _lock_byte(fd, offset):
-                        raise self._refusal(self.directory, key, number, index)
-                    held.add(key)
-                    taken.append(key)
+                    if not _lock_bytes(fd, run[0][2], len(run)):
+                        for index, key, offset in run:  # which one: byte by byte
+                            if not _lock_bytes(fd, offset):
+                                raise self._refusal(self.directory, key, number, index)
+                            held.add(key)
+                            taken.append(key)
+                        continue
+                    for _, key, _ in run:
+                        held.add(key)
+                        taken.append(key)
             finally:
                 if taken:
                     assert self._record is not None

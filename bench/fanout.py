@@ -82,6 +82,13 @@ def rack(first: int, step: int, agents: int, gpus: int, *, state: Path) -> None:
                                    token=TOKEN, state_path=state / "agents" / node / "agent.json",
                                    node=node, reap_interval_s=1.0).start())
     print(json.dumps([{"node": s.node, "url": s.url} for s in servers]), flush=True)
+    wait_for_term()
+    for server in servers:
+        server.stop(revert=True)
+
+
+def wait_for_term() -> None:
+    """Return once this process is sent SIGTERM."""
     stop = False
 
     def on_term(signum: int, frame: object) -> None:
@@ -91,8 +98,6 @@ def rack(first: int, step: int, agents: int, gpus: int, *, state: Path) -> None:
     signal.signal(signal.SIGTERM, on_term)
     while not stop:
         time.sleep(0.2)
-    for server in servers:
-        server.stop(revert=True)
 
 
 def cpu_seconds(processes: list[subprocess.Popen[str]]) -> float:

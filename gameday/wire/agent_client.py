@@ -464,7 +464,7 @@ class Exchange(Generic[T]):
         method, path, payload, headers = self._request
         for attempt in (1, 2):
             self._reused = client._socket_open() and client._conn_used
-            try:  # the request line, headers and body go out in one write
+            try:  # http.client writes the request line and headers, then the body
                 client._connection().request(method, path, payload, headers)
             except _STALE_CONNECTION as exc:
                 client._drop()

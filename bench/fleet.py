@@ -162,7 +162,10 @@ def serve_agents(numbers: list[int], gpus: int) -> None:
                 buffers[conn.fileno()] = bytearray()
                 selector.register(conn, selectors.EVENT_READ, ("conn", agent))
                 continue
-            data = sock.recv(1 << 20)
+            try:
+                data = sock.recv(1 << 20)
+            except ConnectionError:  # the orchestrator went away
+                data = b""
             if not data:
                 selector.unregister(sock)
                 buffers.pop(sock.fileno(), None)

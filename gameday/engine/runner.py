@@ -66,7 +66,7 @@ class RunOptions:
     variables: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
     lab_dir: Path = field(default_factory=paths.lab_dir)
-    out: TextIO = sys.stdout
+    out: TextIO = field(default_factory=lambda: sys.stdout)  # as it is when the run starts
     target_config: Path | None = None  # else $GAMEDAY_TARGET_CONFIG
     sign_key: Path | None = None
     render_plan: bool = True  # a dry run prints its plan (not for --output json)

@@ -1,4 +1,5 @@
-"""Shared test helpers: run the real CLIs as subprocesses with the repo on the path."""
+"""Shared test helpers: run the real CLIs as subprocesses with the repo on the path, or
+in this process (:func:`gameday_main`) where the process boundary is not what is tested."""
 
 import json
 import os
@@ -46,6 +47,55 @@ def gameday(args: list[str], env: dict[str, str], timeout: float = 120,
             **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "gameday"), *args], env=env, cwd=REPO, text=True,
                           capture_output=True, timeout=timeout, **kwargs)
+
+
+def gameday_main(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``gameday ARGS`` as :func:`gameday` answers it, run in this process through
+    ``gameday.cli.main.main`` (half a second of interpreter start-up and imports saved per
+    call): with ``env`` as the environment and the repository as the working directory,
+    its stdout and stderr captured, and afterwards the environment, the directory, the
+    logging it configured and the signal handlers a run installs put back. For commands
+    whose process (signals, exit on a closed pipe, leftovers, the program's name) is not
+    what a test checks; those use :func:`gameday`."""
+    import contextlib
+    import io
+    import logging
+
+    import structlog
+
+    from gameday.cli.main import main
+    from gameday.safety import signals
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_structlog = structlog.get_config()
+    saved_signals = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(REPO)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        for handler in root.handlers:
+            if handler not in saved_handlers:
+                handler.close()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        structlog.configure(**saved_structlog)
+        for signum, handler in saved_signals.items():
+            signal.signal(signum, handler)
+        signals.reset()
+    return subprocess.CompletedProcess(["gameday", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def chaos(args: list[str], env: dict[str, str], timeout: float = 120,

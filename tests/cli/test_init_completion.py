@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from gameday.cli.init import TEMPLATES
-from tests.conftest import BIN, cli_env, gameday
+from tests.conftest import BIN, cli_env, gameday, gameday_main
 
 
 def test_list_names_every_template_and_the_default(tmp_path: Path) -> None:
-    result = gameday(["init", "--list"], cli_env(tmp_path))
+    result = gameday_main(["init", "--list"], cli_env(tmp_path))
     assert result.returncode == 0, result.stderr
     listed = [line.split()[0] for line in result.stdout.splitlines()]
     assert listed == list(TEMPLATES)
@@ -25,28 +25,28 @@ def test_list_names_every_template_and_the_default(tmp_path: Path) -> None:
 def test_every_template_validates_as_written(tmp_path: Path, template: str) -> None:
     env = cli_env(tmp_path)
     path = tmp_path / "mine" / f"{template}.yaml"
-    written = gameday(["init", "--template", template, str(path)], env)
+    written = gameday_main(["init", "--template", template, str(path)], env)
     assert written.returncode == 0, written.stderr
     assert f"gameday validate {path}" in written.stdout
     text = path.read_text()
     assert text.startswith("# ") and "@@" not in text
     assert f"gameday run {path} --dry-run" in text  # the next steps, in the file
-    result = gameday(["validate", str(path)], env)
+    result = gameday_main(["validate", str(path)], env)
     assert (result.returncode, result.stdout) == (0, f"{path}: experiment: valid\n"), result.stderr
 
 
 def test_the_default_is_the_lab_flagship_and_nothing_is_overwritten(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
     path = tmp_path / "first.yaml"
-    assert gameday(["init", str(path)], env).returncode == 0
+    assert gameday_main(["init", str(path)], env).returncode == 0
     assert "target: lab" in path.read_text() and "faults.gpu" in path.read_text()
     path.write_text("mine\n")
-    again = gameday(["init", "--template", "triton", str(path)], env)
+    again = gameday_main(["init", "--template", "triton", str(path)], env)
     assert again.returncode == 2 and "already exists" in again.stderr
     assert path.read_text() == "mine\n"
-    assert gameday(["init", "--force", "-t", "triton", str(path)], env).returncode == 0
+    assert gameday_main(["init", "--force", "-t", "triton", str(path)], env).returncode == 0
     assert "tritonserver" in path.read_text()
-    assert gameday(["init"], env).returncode == 2
+    assert gameday_main(["init"], env).returncode == 2
 
 
 def _complete(script: Path, *words: str) -> list[str]:

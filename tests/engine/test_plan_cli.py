@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.agent.agent_marker import kill, read_url, run_agent
-from tests.conftest import gameday, write_experiment
+from tests.conftest import gameday_main, write_experiment
 
 TOKEN = "3f9c2a7e1b8d4f60a5e2c9b7d1f4a8e3c6b0d2f5a9e7c1b4d8f2a6e0c3b5d7f9"  # 256 bits
 
@@ -55,13 +55,13 @@ def host_agent(tmp_path: pathlib.Path, env: dict[str, str]) -> Iterator[dict[str
 def test_a_lab_plan_without_a_lab_starts_nothing_and_exits_0(tmp_path: pathlib.Path,
                                                               env: dict[str, str]) -> None:
     lab_dir = tmp_path / "lab"
-    done = gameday(["plan", "experiments/gpu-ecc-dbe-reshard.yaml", "--lab-dir", str(lab_dir)],
+    done = gameday_main(["plan", "experiments/gpu-ecc-dbe-reshard.yaml", "--lab-dir", str(lab_dir)],
                    env)
     assert done.returncode == 0, done.stderr
     assert f"no lab runs in {lab_dir}" in done.stdout
     assert "gpu.ecc (injected_at virtual, lease 30 s)" in done.stdout
     assert not lab_dir.exists()
-    as_json = gameday(["run", "experiments/gpu-ecc-dbe-reshard.yaml", "--dry-run",
+    as_json = gameday_main(["run", "experiments/gpu-ecc-dbe-reshard.yaml", "--dry-run",
                        "--lab-dir", str(lab_dir), "--output", "json"], env)
     plan = json.loads(as_json.stdout)["plan"]
     assert as_json.returncode == 0 and plan["target_state"] == "no lab"
@@ -76,7 +76,7 @@ def test_a_host_plan_resolves_the_process_and_kills_nothing(
                                 "gdplan-sleeper"])
     try:
         path = _experiment(tmp_path / "kill.yaml", [_kill({"pid": sleeper.pid})])
-        done = gameday(["run", str(path), "--dry-run"], host_agent)
+        done = gameday_main(["run", str(path), "--dry-run"], host_agent)
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"-> plan-node/pid={sleeper.pid}" in done.stdout
         assert "agent would refuse" not in done.stdout
@@ -85,7 +85,7 @@ def test_a_host_plan_resolves_the_process_and_kills_nothing(
         assert sleeper.poll() is None  # nothing was signalled
         home = pathlib.Path(host_agent["GAMEDAY_HOME"])
         assert not (home / "locks").exists() and not (home / "ledger.jsonl").exists()
-        as_json = json.loads(gameday(["plan", str(path), "--output", "json"],
+        as_json = json.loads(gameday_main(["plan", str(path), "--output", "json"],
                                      host_agent).stdout)["plan"]
         [hit] = as_json["faults"][0]["hits"]
         assert hit["node"] == "plan-node" and hit["target"] == {"pid": sleeper.pid}
@@ -100,11 +100,11 @@ def test_a_host_plan_resolves_the_process_and_kills_nothing(
 def test_a_plan_over_the_node_limit_is_refused_with_exit_2(
         tmp_path: pathlib.Path, host_agent: dict[str, str]) -> None:
     path = _experiment(tmp_path / "bad.yaml", [_kill({"pid": 1})])
-    done = gameday(["plan", str(path)], host_agent)
+    done = gameday_main(["plan", str(path)], host_agent)
     assert done.returncode == 2
     # refused as validate refuses it (the same rule, the same line), before any planning
     assert f"{path}:" in done.stderr and "process.pid: must be a pid > 1" in done.stderr
-    checked = gameday(["validate", str(path)], host_agent)
+    checked = gameday_main(["validate", str(path)], host_agent)
     assert checked.returncode == 2 and "process.pid: must be a pid > 1" in checked.stdout + \
         checked.stderr
 
@@ -115,12 +115,12 @@ def test_a_gpu_fault_on_a_host_without_placement_names_file_and_line(
         "type": "action", "name": "ecc",
         "provider": {"type": "python", "module": "faults.gpu", "func": "ecc_error",
                      "arguments": {"gpu": {"holding_shard": 0}}}}])
-    done = gameday(["plan", str(path)], host_agent)
+    done = gameday_main(["plan", str(path)], host_agent)
     assert done.returncode == 2
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "gpu:" in text)
     assert (f"{path}:{line}: method[0].provider.arguments.gpu: target host has no placement "
             "source") in done.stdout
-    real = gameday(["run", str(path)], host_agent)
+    real = gameday_main(["run", str(path)], host_agent)
     assert real.returncode == 2
     assert f"{path}:{line}: method[0].provider.arguments.gpu: target host has no placement " \
            "source" in real.stderr

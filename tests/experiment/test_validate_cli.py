@@ -5,7 +5,7 @@ requirement files recognised; ``--output json``."""
 import json
 import pathlib
 
-from tests.conftest import gameday
+from tests.conftest import gameday_main
 
 FLAGSHIP = pathlib.Path(__file__).resolve().parents[2] / "experiments/gpu-ecc-dbe-reshard.yaml"
 
@@ -25,7 +25,7 @@ def test_every_error_of_every_file_with_did_you_mean(tmp_path: pathlib.Path,
     other.write_text(text.replace("target: lab", "target: host")
                      .replace("coverage: {fault: gpu.ecc", "coverage: {fault: gpu.oom")
                      .replace("${service_url}/predict", "${servce_url}/predict"))
-    done = gameday(["validate", str(bad), str(other), str(FLAGSHIP)], env)
+    done = gameday_main(["validate", str(bad), str(other), str(FLAGSHIP)], env)
     assert done.returncode == 2, done.stdout
     out = done.stderr + done.stdout  # errors on stderr, one verdict per file on stdout
     assert (f"{bad}:{_line(bad, 'steady_state_hypothesis')}: steady_state_hypothesis: unknown "
@@ -51,10 +51,11 @@ def test_undefined_variables_count_var_and_the_target(tmp_path: pathlib.Path,
     path.write_text(FLAGSHIP.read_text().replace("${service_url}/predict, p99",
                                                  "${servce_url}/predict, p99", 1)
                     .replace("url: \"${service_url}/predict\"", "url: \"${servce_url}/predict\""))
-    done = gameday(["validate", str(path)], env)
+    done = gameday_main(["validate", str(path)], env)
     assert done.returncode == 2
     assert "${servce_url} is not defined (did you mean 'service_url'?)" in done.stderr
-    assert gameday(["validate", str(path), "--var", "servce_url=http://x"], env).returncode == 0
+    fixed = gameday_main(["validate", str(path), "--var", "servce_url=http://x"], env)
+    assert fixed.returncode == 0
 
 
 def test_playbooks_target_configurations_and_requirement_files(tmp_path: pathlib.Path,
@@ -63,7 +64,7 @@ def test_playbooks_target_configurations_and_requirement_files(tmp_path: pathlib
     config.write_text("allow:\n  nodez: [a]\n")
     required = tmp_path / "require.yaml"
     required.write_text("coverage:\n  require:\n    - {fault: gpu.ecc, layer: devise}\n")
-    done = gameday(["validate", "playbooks/release-gate.yaml", str(config), str(required),
+    done = gameday_main(["validate", "playbooks/release-gate.yaml", str(config), str(required),
                     "--output", "json"], env)
     assert done.returncode == 2
     report = json.loads(done.stdout)
@@ -96,7 +97,7 @@ def test_one_run_reports_every_mistake_of_a_playbook_mix_and_requirements(
     required.write_text("title: r\ncoverage:\n  require:\n"
                         "    - {fault: gpu.ecc, layer: cosmic, scenarios: 0}\n"
                         "    - {layer: device, real: 3, colour: red}\n")
-    done = gameday(["validate", str(playbook), str(mix), str(required)], env)
+    done = gameday_main(["validate", str(playbook), str(mix), str(required)], env)
     assert done.returncode == 2, done.stdout
     errors = [line.removeprefix("gameday: ") for line in done.stderr.splitlines()]
     assert errors == [
@@ -128,6 +129,6 @@ def test_one_run_reports_every_mistake_of_a_playbook_mix_and_requirements(
         f"{playbook}: playbook: 7 errors",
         f"{FLAGSHIP}: experiment, named by {playbook}: valid",
         f"{mix}: fault mix: 5 errors", f"{required}: requirements: 5 errors"]
-    played = gameday(["play", str(playbook), "--journal-dir", str(tmp_path / "j")], env)
+    played = gameday_main(["play", str(playbook), "--journal-dir", str(tmp_path / "j")], env)
     assert played.returncode == 2 and "on_failure: must be one of" in played.stderr
     assert not (tmp_path / "j").exists()

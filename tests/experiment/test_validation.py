@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, gameday
+from tests.conftest import REPO, gameday_main
 
 GOOD_HEAD = """\
 version: 1.0.0
@@ -50,7 +50,7 @@ def test_one_line_error_exit_2(tmp_path: Path, env: dict[str, str], body: str,
     path = tmp_path / "exp.yaml"
     path.write_text(GOOD_HEAD + body)
     for command in (["validate", str(path)], ["run", str(path), "--target", "none"]):
-        result = gameday(command, env)
+        result = gameday_main(command, env)
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, result.stderr
@@ -59,7 +59,7 @@ def test_one_line_error_exit_2(tmp_path: Path, env: dict[str, str], body: str,
 
 
 def test_missing_file(tmp_path: Path, env: dict[str, str]) -> None:
-    result = gameday(["validate", str(tmp_path / "nope.yaml")], env)
+    result = gameday_main(["validate", str(tmp_path / "nope.yaml")], env)
     assert result.returncode == 2
     assert "nope.yaml: cannot read: No such file or directory" in result.stderr
 
@@ -67,9 +67,9 @@ def test_missing_file(tmp_path: Path, env: dict[str, str]) -> None:
 def test_shipped_experiments_validate(env: dict[str, str]) -> None:
     experiments = sorted((REPO / "experiments").glob("*.yaml"))
     assert experiments
-    result = gameday(["validate", *map(str, experiments)], env)
+    result = gameday_main(["validate", *map(str, experiments)], env)
     # the Kubernetes experiment's service URL is a placeholder in its configuration
     assert result.returncode == 0, result.stderr
-    given = gameday(["validate", *map(str, experiments), "--var", "service_url=http://x:80"],
+    given = gameday_main(["validate", *map(str, experiments), "--var", "service_url=http://x:80"],
                     env)
     assert given.returncode == 0, given.stderr

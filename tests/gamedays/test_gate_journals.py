@@ -9,7 +9,7 @@ import yaml
 
 from gameday.evidence import signing
 from gameday.evidence.journal import write_journal
-from tests.conftest import REPO, cli_env, gameday
+from tests.conftest import REPO, cli_env, gameday_main
 from tests.report.reports_helpers import varied
 
 ECC = REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml"
@@ -40,8 +40,8 @@ def _journals(directory: Path, key: Path | None = None) -> list[Path]:
 def test_the_gate_judges_existing_journals(tmp_path: Path) -> None:
     _journals(tmp_path / "journals")
     junit = tmp_path / "junit.xml"
-    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals"),
-                      "--junit", str(junit)], cli_env(tmp_path))
+    result = gameday_main(["gate", str(_playbook(tmp_path)), "--journals",
+                           str(tmp_path / "journals"), "--junit", str(junit)], cli_env(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "game day:" not in result.stdout
     verdicts = [line for line in result.stdout.splitlines() if line.startswith("gate: ")]
@@ -54,8 +54,8 @@ def test_an_edited_journal_fails_the_gate(tmp_path: Path) -> None:
     document = json.loads(paths[1].read_text())
     document["gameday"]["verdict"]["passed"] = True
     paths[1].write_text(json.dumps(document, indent=2, sort_keys=True) + " \n")
-    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals")],
-                     cli_env(tmp_path))
+    result = gameday_main(["gate", str(_playbook(tmp_path)), "--journals",
+                           str(tmp_path / "journals")], cli_env(tmp_path))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"gate: rejected {paths[1]}: edited journal" in result.stdout
     assert (f"gate: FAIL gameday.gate > kill: could not run: evidence rejected: its newest "
@@ -73,8 +73,8 @@ def test_journals_signed_by_another_key_fail_a_gate_that_trusts_one(tmp_path: Pa
     signing.generate(theirs)
     _journals(tmp_path / "journals", theirs)
     env = cli_env(tmp_path)
-    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "journals"),
-                      "--public-key", str(public)], env)
+    result = gameday_main(["gate", str(_playbook(tmp_path)), "--journals",
+                           str(tmp_path / "journals"), "--public-key", str(public)], env)
     assert result.returncode == 1, result.stdout + result.stderr
     rejected = [line for line in result.stdout.splitlines() if line.startswith("gate: rejected")]
     assert len(rejected) == 2 and all("bad signature" in line for line in rejected), rejected
@@ -82,7 +82,7 @@ def test_journals_signed_by_another_key_fail_a_gate_that_trusts_one(tmp_path: Pa
 
 def test_a_directory_without_journals_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "empty")],
+    result = gameday_main(["gate", str(_playbook(tmp_path)), "--journals", str(tmp_path / "empty")],
                      cli_env(tmp_path))
     assert result.returncode == 2 and "holds no gameday journal" in result.stderr
 
@@ -110,12 +110,12 @@ def test_the_gate_never_falls_back_to_an_older_run_when_the_newest_is_rejected(
     env = cli_env(tmp_path)
     directory = tmp_path / "resigned"
     paths = _failing_newest(directory, ours)
-    honest = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
+    honest = gameday_main(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
                       "--public-key", str(public)], env)
     assert honest.returncode == 1 and "gate: FAIL gameday.gate > ecc" in honest.stdout
     chain = Chain(directory, signing.load_private(ours))
     attack(chain, "resign", 2, 0, signing.load_private(theirs))  # the newest, now passing
-    result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
+    result = gameday_main(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
                       "--public-key", str(public)], env)
     assert result.returncode == 1, result.stdout
     line = next(x for x in result.stdout.splitlines() if x.startswith(f"gate: rejected {paths[2]}"))
@@ -129,7 +129,7 @@ def test_the_gate_never_falls_back_to_an_older_run_when_the_newest_is_rejected(
     for signer in (None, signing.load_private(theirs)):
         attack(chain, "delete-newest-rehead", 0, 0 if signer is None else 1,
                signing.load_private(theirs))
-        result = gameday(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
+        result = gameday_main(["gate", str(_playbook(tmp_path)), "--journals", str(directory),
                           "--public-key", str(public), "--junit", str(tmp_path / "j.xml")],
                          env)
         assert result.returncode == 1, result.stdout

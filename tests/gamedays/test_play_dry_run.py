@@ -5,13 +5,13 @@ playbooks; no lab is started (none may appear in the home directory)."""
 import json
 from pathlib import Path
 
-from tests.conftest import cli_env, gameday
+from tests.conftest import cli_env, gameday_main
 
 WEEKLY = "playbooks/weekly-gameday.yaml"
 
 
 def _plan(args: list[str], tmp: Path) -> dict[str, object]:
-    result = gameday([*args, "--dry-run", "--output", "json"], cli_env(tmp))
+    result = gameday_main([*args, "--dry-run", "--output", "json"], cli_env(tmp))
     assert result.returncode == 0, result.stderr
     document: dict[str, object] = json.loads(result.stdout)
     return document
@@ -31,7 +31,7 @@ def test_a_seed_draws_the_same_experiments_every_time(tmp_path: Path) -> None:
 
 
 def test_the_text_plan_names_order_origin_and_seed(tmp_path: Path) -> None:
-    result = gameday(["play", WEEKLY, "--dry-run", "--seed", "7"], cli_env(tmp_path))
+    result = gameday_main(["play", WEEKLY, "--dry-run", "--seed", "7"], cli_env(tmp_path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].endswith("3 experiments in this order (dry run: nothing runs)")
@@ -40,7 +40,7 @@ def test_the_text_plan_names_order_origin_and_seed(tmp_path: Path) -> None:
 
 
 def test_a_seed_for_a_playbook_without_a_draw_is_bad_input(tmp_path: Path) -> None:
-    result = gameday(["gate", "playbooks/release-gate.yaml", "--dry-run", "--seed", "3"],
+    result = gameday_main(["gate", "playbooks/release-gate.yaml", "--dry-run", "--seed", "3"],
                      cli_env(tmp_path))
     assert result.returncode == 2
     assert "--seed: the playbook has no draw from a fault mix to seed" in result.stderr

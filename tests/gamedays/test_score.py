@@ -20,7 +20,7 @@ from gameday.evidence import checked
 from gameday.evidence.journal import write_journal
 from gameday.gamedays.playbook import Requirement
 from gameday.gamedays.score import Policy, compute
-from tests.conftest import REPO, cli_env, gameday
+from tests.conftest import REPO, cli_env, gameday_main
 from tests.report.reports_helpers import varied
 
 NOW = time.time()
@@ -65,7 +65,7 @@ def test_the_formula_by_hand(tmp_path: Path) -> None:
     requirement = tmp_path / "req.yaml"
     requirement.write_text("coverage:\n  require:\n    - {fault: node.cpu_hog, layer: node, "
                            "scenarios: 1}\n")
-    result = gameday(["score", str(directory), "--require", str(requirement), "--output",
+    result = gameday_main(["score", str(directory), "--require", str(requirement), "--output",
                       "json"], cli_env(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     score = json.loads(result.stdout)
@@ -80,9 +80,9 @@ def test_the_formula_by_hand(tmp_path: Path) -> None:
         if point["journal"] is not None:
             assert hashlib.sha256(Path(point["journal"]).read_bytes()).hexdigest() == \
                 point["sha256"]
-    text = gameday(["score", str(directory), "--require", str(requirement)], cli_env(tmp_path))
+    text = gameday_main(["score", str(directory), "--require", str(requirement)], cli_env(tmp_path))
     assert text.returncode == 0 and text.stdout.startswith("score: overall 41.7 over 4 points")
-    halved = gameday(["score", str(directory), "--half-life-days", "15", "--weights",
+    halved = gameday_main(["score", str(directory), "--half-life-days", "15", "--weights",
                       "critical=1", "--output", "json"], cli_env(tmp_path))
     inference = {g["name"]: g["score"] for g in json.loads(halved.stdout)["services"]}
     assert abs(inference["inference"] - 100 * 0.25 / 2) < 0.1
@@ -96,7 +96,7 @@ def test_a_tampered_journal_is_listed_and_counts_for_nothing(tmp_path: Path) -> 
         _journal(experiment="experiments/b.yaml", passed=True, days_ago=1,
                  tags=["service:inference"])])
     paths[1].write_text(paths[1].read_text().replace('"passed": true', '"passed": true ', 1))
-    result = gameday(["score", str(directory), "--output", "json"], cli_env(tmp_path))
+    result = gameday_main(["score", str(directory), "--output", "json"], cli_env(tmp_path))
     assert result.returncode == 0, result.stderr
     score = json.loads(result.stdout)
     assert score["overall"]["points"] == [] and score["overall"]["score"] is None
@@ -142,7 +142,7 @@ def test_score_metrics_coverage_page_and_gate(tmp_path: Path) -> None:
                                 tags=["service:inference", "severity:critical"])])
     env = cli_env(tmp_path)
     metrics = tmp_path / "score.prom"
-    result = gameday(["score", str(directory), "--metrics-file", str(metrics)], env)
+    result = gameday_main(["score", str(directory), "--metrics-file", str(metrics)], env)
     assert result.returncode == 0, result.stderr
     samples = {(family.name, tuple(sorted(sample.labels.items()))): sample.value
                for family in text_string_to_metric_families(metrics.read_text())
@@ -151,7 +151,7 @@ def test_score_metrics_coverage_page_and_gate(tmp_path: Path) -> None:
     assert 99.9 < overall <= 100.0  # decayed by the seconds since the run ended
     assert ("gameday_resilience_score", (("name", "inference"), ("scope", "service"))) in samples
     assert samples[("gameday_resilience_score_rejected_journals", ())] == 0
-    page = gameday(["coverage", str(directory), "--format", "html"], env)
+    page = gameday_main(["coverage", str(directory), "--format", "html"], env)
     assert page.returncode == 0 and "Resilience score: 100.0" in page.stdout
     playbook = tmp_path / "gate.yaml"
     playbook.write_text(yaml.safe_dump({
@@ -159,10 +159,10 @@ def test_score_metrics_coverage_page_and_gate(tmp_path: Path) -> None:
         "experiments": [{"name": "ecc", "path": str(REPO / ecc)}],
         "coverage": {"require": [{"fault": "gpu.ecc", "layer": "device", "scenarios": 2}]}}))
     # one of two required scenarios ran: 3 of 4
-    low = gameday(["gate", str(playbook), "--journals", str(directory), "--min-score", "70"],
+    low = gameday_main(["gate", str(playbook), "--journals", str(directory), "--min-score", "70"],
                   env)
     assert low.returncode == 0, low.stdout + low.stderr
-    high = gameday(["gate", str(playbook), "--journals", str(directory), "--min-score", "80",
+    high = gameday_main(["gate", str(playbook), "--journals", str(directory), "--min-score", "80",
                     "--junit", str(tmp_path / "junit.xml")], env)
     assert high.returncode == 1
     assert "gate.min_score: resilience score 75.0 < 80 (short by 5.0)" in high.stdout
@@ -177,10 +177,10 @@ def test_bad_score_options_are_bad_input(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
     for options, words in ((["--weights", "critical=x"], "--weights: 'critical=x' is not"),
                            (["--half-life-days", "0"], "--half-life-days: must be > 0")):
-        result = gameday(["score", str(directory), *options], env)
+        result = gameday_main(["score", str(directory), *options], env)
         assert result.returncode == 2 and words in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
-    missing = gameday(["score", str(tmp_path / "none")], env)
+    missing = gameday_main(["score", str(tmp_path / "none")], env)
     assert missing.returncode == 2 and "is not a directory of journals" in missing.stderr
 
 
@@ -200,7 +200,7 @@ def test_the_score_is_pushed_to_a_real_pushgateway(tmp_path: Path) -> None:
                                 tags=["service:inference"])])
     gateway = pushgateway()
     try:
-        result = gameday(["score", str(directory), "--pushgateway", gateway.url],
+        result = gameday_main(["score", str(directory), "--pushgateway", gateway.url],
                          cli_env(tmp_path))
         assert result.returncode == 0 and "not published" not in result.stderr, result.stderr
         with urllib.request.urlopen(gateway.url + "/metrics", timeout=5) as answer:
@@ -223,12 +223,12 @@ def test_a_services_file_groups_before_the_tags(tmp_path: Path) -> None:
     services = tmp_path / "services.yaml"
     services.write_text("services:\n  serving: ['experiments/inference-*.yaml']\n")
     env = cli_env(tmp_path)
-    result = gameday(["score", str(directory), "--services", str(services), "--output",
+    result = gameday_main(["score", str(directory), "--services", str(services), "--output",
                       "json"], env)
     assert result.returncode == 0, result.stderr
     groups = {g["name"]: g["score"] for g in json.loads(result.stdout)["services"]}
     assert set(groups) == {"serving", "training"} and groups["training"] == 0
     services.write_text("services:\n  serving: [3]\n")
-    bad = gameday(["score", str(directory), "--services", str(services)], env)
+    bad = gameday_main(["score", str(directory), "--services", str(services)], env)
     assert bad.returncode == 2
     assert f"{services}:2: services.serving[0]: must be a glob" in bad.stderr, bad.stderr

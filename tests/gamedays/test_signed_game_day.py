@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import cli_env, gameday, python_activity, write_experiment
+from tests.conftest import cli_env, gameday_main, python_activity, write_experiment
 
 
 def test_a_signed_game_day_verifies_with_the_public_key(tmp_path: Path) -> None:
@@ -21,27 +21,27 @@ def test_a_signed_game_day_verifies_with_the_public_key(tmp_path: Path) -> None:
     playbook = tmp_path / "day.yaml"
     playbook.write_text(yaml.safe_dump({"version": 1, "title": "signed day",
                                         "experiments": experiments}))
-    assert gameday(["audit", "keygen", str(tmp_path / "k" / "day.key")], env).returncode == 0
+    assert gameday_main(["audit", "keygen", str(tmp_path / "k" / "day.key")], env).returncode == 0
     public = tmp_path / "k" / "day.key.pub"
     journals = tmp_path / "journals"
-    played = gameday(["play", str(playbook), "--journal-dir", str(journals), "--sign-key",
+    played = gameday_main(["play", str(playbook), "--journal-dir", str(journals), "--sign-key",
                       str(tmp_path / "k" / "day.key")], env)
     assert played.returncode == 0, played.stdout + played.stderr
     assert len(list(journals.glob("*.sig"))) == 3  # two journals and the record
-    verified = gameday(["audit", "verify", str(journals), "--public-key", str(public)], env)
+    verified = gameday_main(["audit", "verify", str(journals), "--public-key", str(public)], env)
     assert verified.stdout.strip() == "audit: OK: 3 journals, chain intact, 3 signed"
-    covered = gameday(["coverage", str(journals), "--format", "json", "--public-key",
+    covered = gameday_main(["coverage", str(journals), "--format", "json", "--public-key",
                        str(public)], env)
     assert covered.returncode == 0, covered.stderr
     document = json.loads(covered.stdout)
     assert document["journals"] == 2 and document["rejected"] == []
     assert document["provenance"]["signatures_checked_against_trusted_key"] is True
     [record] = journals.glob("*.playbook.json")
-    reported = gameday(["report", str(record), "--format", "md"], env)
+    reported = gameday_main(["report", str(record), "--format", "md"], env)
     assert reported.returncode == 0, reported.stderr
     page = record.with_name(record.name.replace(".playbook.json", ".md")).read_text()
     assert page.startswith("# signed day: PASSED") and "| one | pass | passed | yes |" in page
     other = tmp_path / "k" / "other.key"
-    gameday(["audit", "keygen", str(other)], env)
-    refused = gameday(["coverage", str(journals), "--public-key", f"{other}.pub"], env)
+    gameday_main(["audit", "keygen", str(other)], env)
+    refused = gameday_main(["coverage", str(journals), "--public-key", f"{other}.pub"], env)
     assert refused.returncode == 0 and refused.stderr.count("bad signature") == 2

@@ -16,7 +16,7 @@ from gameday.gamedays.costs import LLAMA3_RATE_PER_GPU_DAY, Fleet, project
 from gameday.gamedays.gate import evaluate, junit_xml, markdown_summary
 from gameday.gamedays.play import ExperimentRun
 from gameday.gamedays.playbook import Gate, PlannedExperiment, Playbook, Requirement
-from tests.conftest import REPO, cli_env, gameday
+from tests.conftest import REPO, cli_env, gameday_main
 from tests.report.reports_helpers import DATA, real_journal, varied, write
 
 FLAGSHIP = REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml"
@@ -152,7 +152,7 @@ def test_coverage_requirements_missing_and_failing(tmp_path: Path) -> None:
 def test_coverage_cli_with_reference_requirements(tmp_path: Path) -> None:
     directory = _journal_dir(tmp_path)
     env = cli_env(tmp_path)
-    result = gameday(["coverage", str(directory), "--format", "json", "--require",
+    result = gameday_main(["coverage", str(directory), "--format", "json", "--require",
                       "playbooks/coverage/ai-infra-maturity.yaml"], env)
     assert result.returncode == 1, result.stderr
     assert "missing: CPU saturation (node.cpu_hog) at node level: 1 of 7" in result.stderr
@@ -164,14 +164,14 @@ def test_coverage_cli_with_reference_requirements(tmp_path: Path) -> None:
     requirement.write_text("coverage:\n  require:\n    - {fault: gpu.ecc, layer: device, "
                            "scenarios: 2}\n")
     out = tmp_path / "cov.html"
-    result = gameday(["coverage", str(directory), "--format", "html", "-o", str(out),
+    result = gameday_main(["coverage", str(directory), "--format", "html", "-o", str(out),
                       "--require", str(requirement)], env)
     assert result.returncode == 0, result.stderr
     assert "1 of 1 required cells met" in result.stderr and out.read_text().startswith(
         "<!doctype html>")
     bad = tmp_path / "bad.yaml"
     bad.write_text("coverage:\n  require:\n    - {fault: gpu.ecc, layer: kernel}\n")
-    result = gameday(["coverage", str(directory), "--require", str(bad)], env)
+    result = gameday_main(["coverage", str(directory), "--require", str(bad)], env)
     assert result.returncode == 2
     assert "bad.yaml:3: coverage.require[0].layer: must be one of device" in result.stderr
 

@@ -22,7 +22,7 @@ from gameday.gamedays.schedule import (
     crontab_line,
     validate_cronjob,
 )
-from tests.conftest import BIN, REPO, cli_env, gameday
+from tests.conftest import BIN, REPO, cli_env, gameday_main
 
 PLAYBOOKS = REPO / "playbooks"
 FLAGSHIP = REPO / "experiments" / "gpu-ecc-dbe-reshard.yaml"
@@ -81,7 +81,7 @@ def test_bad_experiment_in_playbook_is_named_and_cli_exits_2(tmp_path: Path) -> 
                            "    provider: {type: python, module: faults.gpu, func: ecc_error,"
                            " arguments: {kind: triple_bit}}\n", "bad.yaml")
     path = _write(tmp_path, f"title: t\nexperiments:\n  - path: {bad}\n")
-    result = gameday(["play", str(path), "--journal-dir", str(tmp_path / "j")],
+    result = gameday_main(["play", str(path), "--journal-dir", str(tmp_path / "j")],
                      cli_env(tmp_path))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "pb.yaml:3: experiments[0].path: experiment does not validate" in result.stderr
@@ -160,18 +160,18 @@ def test_the_cronjob_is_exactly_what_the_client_models_make_of_it() -> None:
 
 def test_schedule_cli(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
-    result = gameday(["schedule", "playbooks/weekly-cluster.yaml", "--emit", "cronjob"], env)
+    result = gameday_main(["schedule", "playbooks/weekly-cluster.yaml", "--emit", "cronjob"], env)
     assert result.returncode == 0, result.stderr
     document = yaml.safe_load(result.stdout)
     assert document["kind"] == "CronJob" and document["apiVersion"] == "batch/v1"
-    result = gameday(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "cronjob"], env)
+    result = gameday_main(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "cronjob"], env)
     assert (result.returncode, result.stdout) == (2, "")
     assert "weekly-gameday.yaml: target: runs on the embedded lab" in result.stderr
-    result = gameday(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "crontab"], env)
+    result = gameday_main(["schedule", "playbooks/weekly-gameday.yaml", "--emit", "crontab"], env)
     assert result.returncode == 0, result.stderr
     assert f"GAMEDAY_HOME={env['GAMEDAY_HOME']} {BIN / 'gameday'} play " in result.stdout
     assert f"{env['GAMEDAY_HOME']}/logs/weekly-gameday.cron.log" in result.stdout
-    result = gameday(["schedule", "playbooks/release-gate.yaml", "--emit", "crontab"], env)
+    result = gameday_main(["schedule", "playbooks/release-gate.yaml", "--emit", "crontab"], env)
     assert result.returncode == 2 and "release-gate.yaml: schedule: has no schedule" in \
         result.stderr
 
@@ -197,7 +197,7 @@ def test_stop_on_failure_skips_the_rest_and_the_gate_fails(tmp_path: Path) -> No
                                 f"  - path: {first}\n  - path: {second}\n")
     env = cli_env(tmp_path)
     junit = tmp_path / "gate.xml"
-    result = gameday(["gate", str(playbook), "--journal-dir", str(tmp_path / "j"),
+    result = gameday_main(["gate", str(playbook), "--journal-dir", str(tmp_path / "j"),
                       "--junit", str(junit)], env)
     assert result.returncode == 1, result.stdout + result.stderr
     assert not marker.exists(), "the experiment after the failure must not run"
@@ -210,5 +210,5 @@ def test_stop_on_failure_skips_the_rest_and_the_gate_fails(tmp_path: Path) -> No
     assert outcomes == ["failed", "skipped"]
     continuing = _write(tmp_path, f"title: keep going\nexperiments:\n  - path: {first}\n"
                                   f"  - path: {second}\n    name: second\n", "go.yaml")
-    result = gameday(["play", str(continuing), "--journal-dir", str(tmp_path / "k")], env)
+    result = gameday_main(["play", str(continuing), "--journal-dir", str(tmp_path / "k")], env)
     assert result.returncode == 1 and marker.exists()

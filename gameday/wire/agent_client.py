@@ -166,14 +166,13 @@ class AgentClient:
                lease_s: float, *, run: str = "", request_id: str = "") -> dict[str, Any]:
         """Apply a fault under a lease of ``lease_s`` seconds for run ``run`` (named in
         the agent's fault-window metric); returns the fault. ``request_id`` is the
-        idempotency key: the agent applies it at most once."""
-        body: dict[str, Any] = {"kind": kind, "target": dict(target), "params": dict(params),
-                                "lease_s": lease_s}
-        if run:
-            body["run"] = run
-        if request_id:
-            body["request_id"] = request_id
-        return self._call("POST", "/v1/faults", body)
+        idempotency key: the agent applies it at most once. A batch of one
+        (:meth:`inject_many`): a refusal raises :class:`BatchFailed` with the item's
+        status and error."""
+        [fault] = self.inject_many([{"kind": kind, "target": target, "params": params,
+                                     "lease_s": lease_s, "run": run,
+                                     "request_id": request_id}])
+        return fault
 
     def resolve_requests(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
         """Settle requests whose answers were never read: the agent reverts what it

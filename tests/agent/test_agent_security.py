@@ -80,8 +80,9 @@ def test_mutual_tls_lets_in_only_a_client_with_a_certificate(
                     and r["phase"] == "outcome")
     assert injected["identity"] == "uri:spiffe://gd/orch"
     assert injected["token"].startswith("token:") and TOKEN not in json.dumps(records)
-    assert injected["kind"] == KIND and injected["status"] == 201
-    assert injected["params"] == {"note": "x", "api_token": "[redacted]"}
+    assert injected["path"] == "/v1/faults:batch" and injected["status"] == 201
+    [item] = injected["faults"]  # the client's single inject is a batch of one
+    assert item["kind"] == KIND and item["params"] == {"note": "x", "api_token": "[redacted]"}
     assert any(r.get("method") == "DELETE" and r["status"] == 200 for r in records)
     # each change came after its record: intent, apply, outcome; intent, revert, outcome
     assert [r["phase"] for r in records if r["phase"] != "unauthenticated"] == [

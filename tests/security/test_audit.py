@@ -90,7 +90,8 @@ def test_the_audit_file_is_reopened_when_deleted_or_rotated(
     os.unlink(agent.audit)  # deleted while the agent runs
     with agent.client() as client, pytest.raises(AgentError):
         client.inject("process.pause", {"pid": 3}, {}, 5)
-    assert [r["target"] for r in agent.audit_records() if r["phase"] == "outcome"] == [
+    assert [f["target"] for r in agent.audit_records() if r["phase"] == "outcome"
+            for f in r["faults"]] == [
         {"pid": 3}]
     rotated = agent.audit.with_suffix(".1")
     os.rename(agent.audit, rotated)  # as logrotate moves it, then sends SIGHUP
@@ -98,7 +99,8 @@ def test_the_audit_file_is_reopened_when_deleted_or_rotated(
     wait_for(agent.audit.exists, "a new audit file after SIGHUP")
     with agent.client() as client, pytest.raises(AgentError):
         client.inject("process.pause", {"pid": 4}, {}, 5)
-    assert [r["target"] for r in agent.audit_records() if r["phase"] == "outcome"] == [
+    assert [f["target"] for r in agent.audit_records() if r["phase"] == "outcome"
+            for f in r["faults"]] == [
         {"pid": 4}]
     assert agent.proc.poll() is None  # SIGHUP does not stop the agent
     assert Path(rotated).read_text().count('"pid":3') >= 1

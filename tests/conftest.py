@@ -10,10 +10,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from gameday.wire.agent_client import AgentClient
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -137,6 +140,32 @@ def lab_processes(directory: Path) -> list[int]:
         if str(directory) in cmdline:
             found.append(int(proc.name))
     return found
+
+
+def lab_agents(lab_dir: Path) -> dict[str, "AgentClient"]:
+    """A client of each of the lab's agents, by node name (the token from lab.json)."""
+    from gameday.wire.agent_client import AgentClient
+
+    document = read_json(lab_dir / "lab.json")
+    token = Path(document["token_file"]).read_text().strip()
+    return {node["name"]: AgentClient(node["agent_url"], token) for node in document["nodes"]}
+
+
+def lab_faults(lab_dir: Path, *, include_reverted: bool = False) -> list[dict[str, Any]]:
+    """The faults the lab's agents hold (with ``include_reverted``, those they recently
+    reverted too)."""
+    return [fault for client in lab_agents(lab_dir).values()
+            for fault in client.faults(include_reverted=include_reverted)]
+
+
+@pytest.fixture
+def lab_env(tmp_path: Path, lab_dir: Path) -> Iterator[dict[str, str]]:
+    """The CLI's environment for the session's lab (``lab_dir``); the test must leave no
+    fault active on it."""
+    env = cli_env(tmp_path)
+    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
+    yield env
+    assert lab_faults(lab_dir) == [], "the test left a fault active on the lab"
 
 
 @pytest.fixture(scope="session")

@@ -4,33 +4,17 @@ the real ``gameday run`` command line. One lab for the module."""
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gameday.lab.httpjson import fetch_json
-from gameday.wire.agent_client import AgentClient
-from tests.conftest import cli_env, gameday, read_json
+from tests.conftest import gameday, lab_agents, read_json
 
 pytestmark = pytest.mark.lab
 
 ROW = [[(i + 1) / 16 for i in range(16)]]
-
-
-def _agents(lab_dir: Path) -> dict[str, AgentClient]:
-    document = read_json(lab_dir / "lab.json")
-    token = Path(document["token_file"]).read_text().strip()
-    return {node["name"]: AgentClient(node["agent_url"], token) for node in document["nodes"]}
-
-
-@pytest.fixture
-def lab_env(tmp_path: Path, lab_dir: Path) -> Iterator[dict[str, str]]:
-    env = cli_env(tmp_path)
-    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
-    yield env
-    assert [f for c in _agents(lab_dir).values() for f in c.faults()] == []
 
 
 def _predict(lab_dir: Path, timeout_s: float = 8.0) -> tuple[Any, float]:
@@ -65,7 +49,7 @@ def test_shipped_experiment_passes(experiment: str, kind: str, tmp_path: Path,
 
 def test_partition_hangs_the_nodes_shards_and_heals(lab_dir: Path,
                                                    lab_env: dict[str, str]) -> None:
-    node1 = _agents(lab_dir)["node-1"]
+    node1 = lab_agents(lab_dir)["node-1"]
     links = node1.inventory()["links"]
     assert [(item["name"], item["state"], item["mtu"]) for item in links] == [
         ("uplink", "up", 1500)]
@@ -81,7 +65,7 @@ def test_partition_hangs_the_nodes_shards_and_heals(lab_dir: Path,
 
 def test_service_timeout_answers_504_after_hang_s(lab_dir: Path,
                                                   lab_env: dict[str, str]) -> None:
-    node0 = _agents(lab_dir)["node-0"]
+    node0 = lab_agents(lab_dir)["node-0"]
     fault = node0.inject("service.timeout", {"name": "router"}, {"hang_s": 0.5}, 30)
     try:
         status, took = _predict(lab_dir)
@@ -90,14 +74,14 @@ def test_service_timeout_answers_504_after_hang_s(lab_dir: Path,
         node0.revert(fault["id"])
     assert _predict(lab_dir)[0] == 200
     with pytest.raises(Exception, match=r"service\.timeout"):
-        _agents(lab_dir)["node-1"].inject("service.timeout", {"name": "router"}, {}, 30)
+        lab_agents(lab_dir)["node-1"].inject("service.timeout", {"name": "router"}, {}, 30)
 
 
 def test_latency_on_a_nodes_uplink_slows_the_answers_by_the_delay(
         lab_dir: Path, lab_env: dict[str, str]) -> None:
     """net.latency on node-1's uplink: every answer needs node-1's shards, so each takes
     at least the delay longer (the lab's link holds each request once), and none after."""
-    node1 = _agents(lab_dir)["node-1"]
+    node1 = lab_agents(lab_dir)["node-1"]
     _, before = _predict(lab_dir)
     with pytest.raises(Exception, match="mechanism"):  # the host's mechanisms, not the lab's
         node1.inject("net.latency", {"link": "uplink"}, {"delay_ms": 5, "mechanism": "nfqueue"},

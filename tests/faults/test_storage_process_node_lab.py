@@ -18,7 +18,7 @@ import yaml
 from gameday.lab import api as lab
 from gameday.node.faultfs.mount import fuse_mounts
 from gameday.wire.agent_client import AgentClient
-from tests.conftest import cli_env, gameday, read_json
+from tests.conftest import gameday, read_json
 from tests.node.storage_support import PREFIX, PREFIX_ENV, our_cgroups, our_processes
 
 pytestmark = pytest.mark.lab
@@ -43,20 +43,11 @@ def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture
-def lab_env(tmp_path: Path, lab_dir: Path) -> Iterator[dict[str, str]]:
-    env = cli_env(tmp_path)
-    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
-    yield env
-    assert active_faults(lab_dir) == []
+def lab_env(lab_env: dict[str, str], lab_dir: Path) -> Iterator[dict[str, str]]:
+    """The shared ``lab_env``; the test must also leave no mount or hog's cgroup."""
+    yield lab_env
     assert fuse_mounts(lab_dir) == [lab_dir / "store"], "only the lab's store is mounted"
     assert our_cgroups() == [], "a hog's cgroup was left"
-
-
-def active_faults(lab_dir: Path) -> list[dict[str, Any]]:
-    document = read_json(lab_dir / "lab.json")
-    token = Path(document["token_file"]).read_text().strip()
-    return [fault for node in document["nodes"]
-            for fault in AgentClient(node["agent_url"], token).faults()]
 
 
 @pytest.mark.parametrize(("experiment", "kinds"), [

@@ -14,31 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gameday.wire.agent_client import AgentClient
-from tests.conftest import BIN, REPO, chaos, cli_env, gameday, read_json
+from tests.conftest import BIN, REPO, chaos, gameday, lab_faults, read_json
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture
-def lab_env(tmp_path: Path, lab_dir: Path) -> dict[str, str]:
-    env = cli_env(tmp_path)
-    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
-    return env
-
-
-def agents(lab_dir: Path) -> list[AgentClient]:
-    document = read_json(lab_dir / "lab.json")
-    token = Path(document["token_file"]).read_text().strip()
-    return [AgentClient(node["agent_url"], token) for node in document["nodes"]]
-
-
-def all_faults(lab_dir: Path) -> list[dict[str, Any]]:
-    return [f for client in agents(lab_dir) for f in client.faults(include_reverted=True)]
-
-
-def active_faults(lab_dir: Path) -> list[dict[str, Any]]:
-    return [f for client in agents(lab_dir) for f in client.faults()]
 
 
 def test_flagship_experiment_passes(tmp_path: Path, lab_env: dict[str, str],
@@ -58,7 +36,7 @@ def test_flagship_experiment_passes(tmp_path: Path, lab_env: dict[str, str],
     assert rto["met"] is True and 0 < rto["rto_s"] <= 20 and rto["failures"] > 0
     assert results["reshard.verify_reshard"]["passed"] is True
     assert "RTO" in result.stdout or "rto" in result.stdout
-    assert active_faults(lab_dir) == []
+    assert lab_faults(lab_dir) == []
 
 
 def test_silent_corruption_fails_on_the_hash(tmp_path: Path, lab_env: dict[str, str],
@@ -70,7 +48,7 @@ def test_silent_corruption_fails_on_the_hash(tmp_path: Path, lab_env: dict[str, 
     reasons = read_json(journal_path)["gameday"]["verdict"]["reasons"]
     assert any("prediction hash mismatch" in reason for reason in reasons), reasons
     assert "prediction hash mismatch" in result.stdout
-    assert active_faults(lab_dir) == []
+    assert lab_faults(lab_dir) == []
 
 
 def _experiment_with_fault(tmp_path: Path, *, selector: dict[str, Any], kind: str = "double_bit",
@@ -95,7 +73,7 @@ def _experiment_with_fault(tmp_path: Path, *, selector: dict[str, Any], kind: st
 
 def test_invalid_input_injects_nothing(tmp_path: Path, lab_env: dict[str, str],
                                       lab_dir: Path) -> None:
-    before = len(all_faults(lab_dir))
+    before = len(lab_faults(lab_dir, include_reverted=True))
     path = _experiment_with_fault(tmp_path, selector={"holding_shard": 0}, kind="triple_bit")
     result = gameday(["run", str(path)], lab_env)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
@@ -110,7 +88,7 @@ def test_invalid_input_injects_nothing(tmp_path: Path, lab_env: dict[str, str],
                                                          max_gpus=4)), "--dry-run"], lab_env)
     assert result.returncode == 0 and "nothing injected" in result.stdout
     assert "node-0/gpu3" in result.stdout
-    assert len(all_faults(lab_dir)) == before
+    assert len(lab_faults(lab_dir, include_reverted=True)) == before
 
 
 def test_orchestrator_killed_fault_reverted_by_lease(tmp_path: Path, lab_env: dict[str, str],
@@ -126,19 +104,20 @@ def test_orchestrator_killed_fault_reverted_by_lease(tmp_path: Path, lab_env: di
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while not active_faults(lab_dir):
+        while not lab_faults(lab_dir):
             assert time.monotonic() < deadline and proc.poll() is None, "fault never applied"
             time.sleep(0.05)
         time.sleep(lease_s * 1.5)  # the renewer keeps the lease alive past its first term
-        assert active_faults(lab_dir), "the lease was not renewed while the run lived"
+        assert lab_faults(lab_dir), "the lease was not renewed while the run lived"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     killed_at = time.monotonic()
-    while active_faults(lab_dir):
+    while lab_faults(lab_dir):
         assert time.monotonic() - killed_at <= lease_s + 1, "fault outlived its lease"
         time.sleep(0.05)
-    reverted = [f for f in all_faults(lab_dir) if f.get("revert_reason") == "lease-expired"]
+    reverted = [f for f in lab_faults(lab_dir, include_reverted=True)
+                if f.get("revert_reason") == "lease-expired"]
     assert reverted
 
 
@@ -152,4 +131,4 @@ def test_chaos_run_works_against_running_lab(tmp_path: Path, lab_env: dict[str, 
     assert journal["status"] == "completed"
     assert journal["gameday"]["verdict"]["passed"] is True
     assert all(f["reverted_at"] for f in journal["gameday"]["faults"])
-    assert active_faults(lab_dir) == []
+    assert lab_faults(lab_dir) == []

@@ -9,24 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gameday.wire.agent_client import AgentClient
-from tests.conftest import cli_env, gameday, read_json
+from tests.conftest import gameday, lab_faults, read_json
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture
-def lab_env(tmp_path: Path, lab_dir: Path) -> dict[str, str]:
-    env = cli_env(tmp_path)
-    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
-    return env
-
-
-def active_faults(lab_dir: Path) -> list[dict[str, object]]:
-    document = read_json(lab_dir / "lab.json")
-    token = Path(document["token_file"]).read_text().strip()
-    return [f for node in document["nodes"]
-            for f in AgentClient(node["agent_url"], token).faults()]
 
 
 def _record(directory: Path) -> dict[str, object]:
@@ -54,7 +39,7 @@ def test_release_gate_passes_with_the_known_weakness(tmp_path: Path, lab_env: di
     runs = _record(journals)["runs"]
     assert [(r["name"], r["outcome"]) for r in runs] == [  # type: ignore[index, union-attr]
         ("ecc-dbe-reshard", "passed"), ("silent-corruption", "failed")]
-    assert active_faults(lab_dir) == []
+    assert lab_faults(lab_dir) == []
 
 
 def test_weekly_gameday_draws_from_the_llama3_mix(tmp_path: Path, lab_env: dict[str, str],
@@ -81,7 +66,7 @@ def test_weekly_gameday_draws_from_the_llama3_mix(tmp_path: Path, lab_env: dict[
     assert previous[2] == runs[1]["sha256"]
     audit = gameday(["audit", "verify", str(journals)], lab_env)
     assert audit.returncode == 0, audit.stdout + audit.stderr
-    assert active_faults(lab_dir) == []
+    assert lab_faults(lab_dir) == []
 
 
 def test_audit_run_meets_its_coverage_and_reports(tmp_path: Path, lab_env: dict[str, str],
@@ -111,4 +96,4 @@ def test_audit_run_meets_its_coverage_and_reports(tmp_path: Path, lab_env: dict[
                      lab_env)
     assert result.returncode == 0 and "## What it costs at scale" in result.stdout
     assert "on a 1,024-GPU training job" in result.stdout
-    assert active_faults(lab_dir) == []
+    assert lab_faults(lab_dir) == []

@@ -14,16 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import cli_env, gameday, read_json, write_experiment
+from tests.conftest import gameday, read_json, write_experiment
 
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture
-def lab_env(tmp_path: Path, lab_dir: Path) -> dict[str, str]:
-    env = cli_env(tmp_path)
-    env["GAMEDAY_LAB_DIR"] = str(lab_dir)
-    return env
 
 
 def results(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:

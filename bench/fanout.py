@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -69,18 +70,48 @@ NAMESPACE = "gameday-system"
 ECC = {"kind": "single_bit", "count": 1}
 
 
-def rack(first: int, step: int, agents: int, gpus: int, *, state: Path) -> None:
+def deployed_setup(directory: Path) -> Path:
+    """What ``gameday agent init --tls --kinds gpu.ecc`` writes: a 256-bit token, a
+    default-deny policy, a CA, the agents' certificate (for the Service name the
+    orchestrator checks) and the orchestrator's client certificate."""
+    from gameday.cli.agentinit import AgentSetup, write_setup
+    from gameday.targets.kubernetes.discovery import agent_server_name
+
+    write_setup(AgentSetup(directory, node="fleet", kinds=("gpu.ecc",), tls=True,
+                           server_names=(agent_server_name(NAMESPACE),)))
+    return directory
+
+
+def _deployed(setup: Path, node: str, state: Path) -> dict[str, Any]:
+    """An agent's arguments as ``gameday agent serve`` gives them with ``setup``'s files:
+    mutual TLS, the token file (strength checked), the audit trail (a durable record
+    before each change) and the policy's limits."""
+    from gameday.agent.audit import AuditTrail
+    from gameday.agent.policy import load_policy
+    from gameday.wire.tls import ServerTLS
+    from gameday.wire.tokens import TokenSet
+
+    tls = setup / "tls"
+    return {"token": TokenSet(path=setup / "token"),
+            "tls": ServerTLS(tls / "agent.crt", tls / "agent.key", tls / "ca.crt"),
+            "audit": AuditTrail(state / "agents" / node / f"audit-{node}.jsonl"),
+            "limits": load_policy(setup / "policy.yml").limits()}
+
+
+def rack(first: int, step: int, agents: int, gpus: int, *, state: Path,
+         setup: Path | None = None) -> None:
     """A subprocess holding agents ``first``, ``first + step``, ... (of ``agents``); prints
-    their URLs, serves until SIGTERM."""
+    their URLs, serves until SIGTERM. With ``setup``: as deployed (:func:`_deployed`)."""
     from gameday.agent.server import AgentServer
     from gameday.lab.devices import VirtualGpuBackend
 
     servers = []
     for number in range(first, agents, step):
         node = f"gpu-node-{number:03d}"
+        security = {"token": TOKEN} if setup is None else _deployed(setup, node, state)
         servers.append(AgentServer(VirtualGpuBackend(node, state / "gpus" / node, gpus=gpus),
-                                   token=TOKEN, state_path=state / "agents" / node / "agent.json",
-                                   node=node, reap_interval_s=1.0).start())
+                                   state_path=state / "agents" / node / "agent.json",
+                                   node=node, reap_interval_s=1.0, **security).start())
     print(json.dumps([{"node": s.node, "url": s.url} for s in servers]), flush=True)
     wait_for_term()
     for server in servers:
@@ -110,14 +141,15 @@ def cpu_seconds(processes: list[subprocess.Popen[str]]) -> float:
     return total / ticks
 
 
-def start_racks(args: argparse.Namespace, state: Path) -> tuple[list[subprocess.Popen[str]],
-                                                                list[dict[str, str]]]:
+def start_racks(args: argparse.Namespace, state: Path, setup: Path | None
+                ) -> tuple[list[subprocess.Popen[str]], list[dict[str, str]]]:
     racks = min(args.racks, args.agents)
     processes, agents = [], []
     for first in range(racks):  # agents dealt out: node i in rack i % racks
         processes.append(subprocess.Popen(
             [sys.executable, __file__, "--rack", str(first), str(racks), str(args.agents),
-             str(args.gpus), str(state)], stdout=subprocess.PIPE, text=True, cwd=REPO))
+             str(args.gpus), str(state), str(setup or "")], stdout=subprocess.PIPE, text=True,
+            cwd=REPO))
     for process in processes:
         assert process.stdout is not None
         agents += json.loads(process.stdout.readline())
@@ -137,11 +169,16 @@ def main() -> None:
                         help="fan-outs, each followed by 1/ROUNDS of the one-by-one GPUs")
     parser.add_argument("--skip-sequential", action="store_true",
                         help="time the fan-out only (for profiling)")
-    parser.add_argument("--rack", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--as-deployed", action="store_true",
+                        help="agents as `gameday agent serve` runs them from `gameday agent "
+                             "init --tls`: mutual TLS, the token file, the audit trail, the "
+                             "policy's limits")
+    parser.add_argument("--rack", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rack:
         numbers = [int(value) for value in args.rack[:4]]  # first, step, agents, GPUs
-        rack(*numbers, state=Path(args.rack[4]))
+        rack(*numbers, state=Path(args.rack[4]),
+             setup=Path(args.rack[5]) if args.rack[5] else None)
         return
 
     from chaoslib.activity import ensure_activity_is_valid, run_activity
@@ -154,17 +191,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gdk8s-bench-") as tmp, running_standin() as api:
         state = Path(tmp)
         agent_state = Path(tempfile.mkdtemp(prefix="gdk8s-agents-", dir=args.agent_state or tmp))
-        processes, agents = start_racks(args, agent_state)
+        setup = deployed_setup(state / "agent-setup") if args.as_deployed else None
+        processes, agents = start_racks(args, agent_state, setup)
         try:
-            api.add_secret(NAMESPACE, "gameday-agent-token", {"token": TOKEN})
+            token = TOKEN if setup is None else (setup / "token").read_text().strip()
+            api.add_secret(NAMESPACE, "gameday-agent-token", {"token": token})
             for agent in agents:
                 port = int(agent["url"].rsplit(":", 1)[1])
                 api.add_node(agent["node"], {"nvidia.com/gpu.present": "true"})
                 api.add_pod(NAMESPACE, f"gameday-agent-{agent['node']}", agent["node"],
                             labels={"app.kubernetes.io/name": "gameday-agent"},
                             pod_ip="127.0.0.1", port=port, owner_kind="DaemonSet")
-            target = kubernetes_target({"k8s_api_url": api.url, "k8s_api_token": api.token})
+            tls = {} if setup is None else {  # the orchestrator's end of agent init's TLS
+                "agent_ca": str(setup / "tls" / "ca.crt"),
+                "agent_client_cert": str(setup / "tls" / "client.crt"),
+                "agent_client_key": str(setup / "tls" / "client.key")}
+            target = kubernetes_target({"k8s_api_url": api.url, "k8s_api_token": api.token,
+                                        **tls})
             gpus = target.gpus()
+            assert setup is None or all(target.agent(g.node).url.startswith("https://")
+                                        for g in gpus), "as deployed, agents are reached by TLS"
 
             def activity(func: str, **arguments: object) -> dict[str, object]:
                 return {"type": "action", "name": func, "provider": {
@@ -219,13 +265,16 @@ def main() -> None:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     wall_s = statistics.fmean(walls)
     print(f"agents' state in {args.agent_state or 'a temporary directory'}; "
-          f"fan-out concurrency {FanoutOptions().concurrency}")
+          f"fan-out concurrency {FanoutOptions().concurrency}; agents "
+          + ("as deployed (mutual TLS, token file, audit trail, policy limits)"
+             if args.as_deployed else "in plaintext, without an audit trail"))
     print(f"fan-out: inject+revert of {len(gpus)} GPUs in "
           f"{', '.join(f'{w:.3f}' for w in walls)} s (mean {wall_s:.3f} s); one by one as "
           f"activities: {sequential_s:.3f} s (CPU per fan-out: orchestrator "
           f"{statistics.fmean(cpus):.3f} s, agents {statistics.fmean(agents_cpus):.3f} s, on "
           f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f})")
-    print(f"fanout: gpus={len(gpus)} agents={len(agents)} wall_s={wall_s:.3f} "
+    print(f"fanout: gpus={len(gpus)} agents={len(agents)} "
+          f"deployed={'yes' if args.as_deployed else 'no'} wall_s={wall_s:.3f} "
           f"sequential_s={sequential_s:.3f} ratio={sequential_s / wall_s:.1f} "
           f"orchestrator_rss_mb={rss_mb:.0f}")
 

@@ -7,7 +7,8 @@ kind, target, parameters (redacted, :func:`gameday.agent.redaction.redact`) and 
 A request that may change something leaves two: an ``intent`` record before the agent
 acts on it, then its ``outcome``; and every apply and revert of a fault, whoever asks
 for it (a request, the lease reaper, a shutdown), is preceded by an ``apply`` or
-``revert`` record (:class:`gameday.agent.audited.AuditedBackend`). A request without a
+``revert`` record (:class:`gameday.agent.audited.AuditedBackend`; a batch's records
+are written together, with one ``fsync``, before its first change). A request without a
 valid token leaves only a bounded summary (method, path, body size, source; never its
 body). When a record cannot be written, the caller learns it (:class:`AuditUnavailable`)
 before acting.
@@ -21,7 +22,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,11 +82,17 @@ class AuditTrail:
     def write(self, entry: Mapping[str, Any]) -> None:
         """Append ``entry`` as one line, durable on return; :class:`AuditUnavailable`
         if it cannot be."""
-        line = (json.dumps(dict(entry), separators=(",", ":"), default=str) + "\n").encode()
+        self.write_many([entry])
+
+    def write_many(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``entries``, a line each, with one write and one ``fsync``: all durable
+        on return; :class:`AuditUnavailable` if they cannot be."""
+        lines = "".join(json.dumps(dict(entry), separators=(",", ":"), default=str) + "\n"
+                        for entry in entries).encode()
         with self._lock:
             try:
                 self._current()
-                os.write(self._fd, line)
+                os.write(self._fd, lines)
                 os.fsync(self._fd)
             except OSError as exc:
                 raise AuditUnavailable(f"the audit trail {self.path} cannot be written "
@@ -116,8 +123,16 @@ class AuditTrail:
     def fault(self, phase: Literal["apply", "revert"], fault_id: str, kind: str,
               target: Mapping[str, Any], params: Mapping[str, Any]) -> None:
         """Append that fault ``fault_id`` is about to be applied or reverted."""
-        self.write({"time": time.time(), "phase": phase, "fault_id": fault_id, "kind": kind,
-                    "target": redact(dict(target)), "params": redact(dict(params))})
+        self.faults(phase, [(fault_id, kind, target, params)])
+
+    def faults(self, phase: Literal["apply", "revert"],
+               faults: Sequence[tuple[str, str, Mapping[str, Any], Mapping[str, Any]]]) -> None:
+        """Append that each ``(fault_id, kind, target, params)`` is about to be applied or
+        reverted: a record each, durable together (one ``fsync``)."""
+        now = time.time()
+        self.write_many([{"time": now, "phase": phase, "fault_id": fault_id, "kind": kind,
+                          "target": redact(dict(target)), "params": redact(dict(params))}
+                         for fault_id, kind, target, params in faults])
 
     def close(self) -> None:
         with self._lock:

@@ -37,7 +37,13 @@ from gameday.agent.metrics import AgentMetrics
 from gameday.agent.state import StateFile
 from gameday.agent.statewriter import StateWriter
 from gameday.clock import SYSTEM_CLOCK, Clock
-from gameday.contract.backend import Backend, FaultRequest, backend_batch, backend_check
+from gameday.contract.backend import (
+    Backend,
+    FaultRequest,
+    backend_ahead,
+    backend_batch,
+    backend_check,
+)
 from gameday.errors import (
     AgentError,
     FaultRejected,
@@ -326,7 +332,9 @@ class FaultRegistry:
                 self._forget_requests(request_ids)
                 raise
         details: list[dict[str, Any]] = []  # each item's, as plain JSON
-        with backend_batch(self.backend):  # the backend may publish once for the batch
+        ahead = [(entry.fault.id, entry.fault.request) for entry in entries]
+        # the backend may publish once for the batch, and record its changes ahead
+        with backend_batch(self.backend), backend_ahead(self.backend, "apply", ahead):
             for index, entry in enumerate(entries):
                 try:
                     details.append(plain_details(self.backend.apply(entry.fault.id,
@@ -721,7 +729,9 @@ class FaultRegistry:
         if not due:
             return []
         results: list[Fault | RevertFailed] = []
-        with backend_batch(self.backend):  # the backend may publish once for the batch
+        ahead = [(entry.fault.id, entry.fault.request) for entry, _ in due]
+        # the backend may publish once for the batch, and record its changes ahead
+        with backend_batch(self.backend), backend_ahead(self.backend, "revert", ahead):
             for entry, reason in due:
                 fault = entry.fault
                 try:

@@ -6,9 +6,9 @@ these members is a backend, so the lab never has to import ``faults``.
 """
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 #: How real an injection is (docs/architecture.md), reported as ``injected_at``:
 #: ``device`` (a real effect on the GPU: memory really held), ``device-settings`` (a
@@ -54,6 +54,13 @@ class Backend(Protocol):
     The lab's :class:`gameday.lab.devices.VirtualGpuBackend` publishes its GPUs' state
     and fault records once per batch. See :func:`backend_batch`.
 
+    Optional ahead hook: ``ahead(change, items) -> ContextManager[None]``, ``change``
+    ``"apply"`` or ``"revert"`` and ``items`` the ``(fault_id, request)`` a batch is
+    about to apply or revert, in order: the registry enters it before the batch's first
+    ``apply``/``revert`` and leaves it after the last. The agent's audit trail
+    (:class:`gameday.agent.audited.AuditedBackend`) writes the batch's records there,
+    durable together, instead of one ``fsync`` per change. See :func:`backend_ahead`.
+
     Optional check hook: ``check(request) -> dict`` answers what ``apply`` would do
     without doing it: it raises what ``apply`` would raise for an invalid or refused
     request, and returns what the target would hit (``{"processes": [...]}``,
@@ -85,6 +92,15 @@ def backend_batch(backend: object) -> contextlib.AbstractContextManager[object]:
     """The backend's optional ``batch()`` context (see :class:`Backend`), else a no-op."""
     batch = getattr(backend, "batch", None)
     return batch() if callable(batch) else contextlib.nullcontext()
+
+
+def backend_ahead(backend: object, change: Literal["apply", "revert"],
+                  items: Sequence[tuple[str, FaultRequest]]
+                  ) -> contextlib.AbstractContextManager[object]:
+    """The backend's optional ``ahead(change, items)`` context (see :class:`Backend`),
+    else a no-op."""
+    ahead = getattr(backend, "ahead", None)
+    return ahead(change, items) if callable(ahead) and items else contextlib.nullcontext()
 
 
 def backend_check(backend: object, request: FaultRequest) -> dict[str, Any]:

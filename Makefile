@@ -24,6 +24,7 @@ SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
            && $(PY) bench/lab_startup.py --runs 1 \
            && $(PY) bench/rto_accuracy.py --trials 1 \
            && $(PY) bench/fanout.py --agents 4 --gpus 2 --racks 2 --rounds 1 \
+           && $(PY) bench/fanout.py --agents 4 --gpus 2 --racks 2 --rounds 1 --as-deployed \
            && $(PY) bench/fleet.py --sizes 64,256 --agent-processes 2 --rounds 1 \
            && $(PY) bench/report_scale.py --journals 50 \
            && $(PY) bench/net_link_overhead.py --samples 1 --requests 200 \
@@ -96,6 +97,7 @@ bench: debs $(STAMP) bytecode
 	$(PY) bench/lab_startup.py
 	$(PY) bench/rto_accuracy.py
 	$(PY) bench/fanout.py
+	$(PY) bench/fanout.py --as-deployed
 	$(PY) bench/fleet.py
 	$(PY) bench/report_scale.py
 	$(PY) bench/net_link_overhead.py

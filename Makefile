@@ -12,6 +12,8 @@ LAB_STAMP  := $(VENV)/.installed-lab
 # would downgrade packages of the project's. Only `make test` builds it.
 KSERVE     := .venv-kserve
 KSTAMP     := $(KSERVE)/.installed
+MLSERVER   := .venv-mlserver
+MSTAMP     := $(MLSERVER)/.installed
 # the lab's Prometheus and the FUSE mount of its weights; the tests add the host
 # backend's tools, Redis and the browser that looks at the pages
 DEMO_DEBS  := prometheus fuse3
@@ -41,7 +43,7 @@ SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
 
 .PHONY: setup debs demo-debs bytecode demo test bench bench-smoke lint constraints clean
 
-setup: debs $(STAMP) $(KSTAMP) bytecode
+setup: debs $(STAMP) $(KSTAMP) $(MSTAMP) bytecode
 
 # Byte-compile the project's own modules, as pip does for every package it installs: an
 # editable install never writes them where PYTHONDONTWRITEBYTECODE is set, and then each
@@ -80,6 +82,12 @@ $(KSTAMP):
 	test -x $(KSERVE)/bin/python || $(PYTHON) -m venv $(KSERVE)
 	$(KSERVE)/bin/python -m pip install -q 'kserve==0.21.0'
 	touch $(KSTAMP)
+
+# Seldon's MLServer, for the RTO tests against a second real model server
+$(MSTAMP):
+	test -x $(MLSERVER)/bin/python || $(PYTHON) -m venv $(MLSERVER)
+	$(MLSERVER)/bin/python -m pip install -q 'mlserver==1.7.1'
+	touch $(MSTAMP)
 
 demo: demo-debs $(LAB_STAMP) bytecode
 	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab --html

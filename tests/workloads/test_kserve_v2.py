@@ -34,12 +34,16 @@ V2 = {"request": {"inputs": [{"name": "input-0", "shape": "$shape", "datatype": 
 
 
 class Supervisor:
-    """Runs the model server and starts it again whenever it dies (as systemd would)."""
+    """Runs a model server and starts it again whenever it dies (as systemd would): by
+    default KServe's, on ``port``; else the command ``argv`` (which serves on ``port``)
+    in the directory ``cwd``."""
 
-    def __init__(self, root: Path) -> None:
-        self.port, self.grpc_port = free_port(), free_port()
-        self.argv = [str(PYTHON), str(SERVER), "--port", str(self.port), "--grpc-port",
-                     str(self.grpc_port), "--load-s", "1.0"]
+    def __init__(self, root: Path, argv: list[str] | None = None, *, port: int = 0,
+                 cwd: Path | None = None) -> None:
+        self.port, self.grpc_port = port or free_port(), free_port()
+        self.argv = argv or [str(PYTHON), str(SERVER), "--port", str(self.port),
+                             "--grpc-port", str(self.grpc_port), "--load-s", "1.0"]
+        self.cwd = cwd
         self.log = (root / "server.log").open("a")
         self.starts: list[float] = []
         self.process = self._start()
@@ -49,7 +53,8 @@ class Supervisor:
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.starts.append(time.time())
-        return subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                cwd=self.cwd)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.05):

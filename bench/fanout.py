@@ -141,7 +141,7 @@ def cpu_seconds(processes: list[subprocess.Popen[str]]) -> float:
     return total / ticks
 
 
-def start_racks(args: argparse.Namespace, state: Path, setup: Path | None
+def start_racks(args: argparse.Namespace, state: Path, setup: Path | None = None
                 ) -> tuple[list[subprocess.Popen[str]], list[dict[str, str]]]:
     racks = min(args.racks, args.agents)
     processes, agents = [], []

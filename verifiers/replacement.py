@@ -36,7 +36,9 @@ class Instant:
 
 def _when(unit: Unit, snapshot: UnitSnapshot, previous_t: float, onset: float) -> Instant:
     """When ``unit`` entered the state ``snapshot`` shows: the controller's ``since``
-    when it gives one after the onset, else between the previous reading and this."""
+    when it gives one after the onset, else between the previous reading's request
+    (``previous_t``: its document, which did not show it, was made after that) and this
+    reading's answer (``snapshot.t``: its document was made before it arrived)."""
     if unit.since is not None and unit.since >= onset and unit.since <= snapshot.t + 1.0:
         return Instant(unit.since, unit.since, "controller")
     return Instant(snapshot.t, max(previous_t, onset), "poll")
@@ -60,7 +62,7 @@ class ReplacementCheck:
 
     def observe(self, snapshot: UnitSnapshot) -> None:
         units = snapshot.by_id()
-        previous_t = self.last.t if self.last is not None else self.onset
+        previous_t = self.last.requested if self.last is not None else self.onset
         if self.last is None:
             # (the first reading comes after the fault: a unit not ready, or one the
             # controller says changed state since the onset, may already be its response)
@@ -174,8 +176,9 @@ def verify_replacement(units: dict[str, Any], faulted: str | list[str] | None = 
     included) are ready. The time to detect is from the fault onset to the controller
     showing the faulted unit down, the time to replace to the new unit being ready:
     by the controller's own transition times where the mapping has ``since``, else by
-    the reading that first showed it (``after_s_min`` is the reading before). The
-    objective is ``rto_s`` (default: the experiment's ``slo.rto_s``) on the time to
+    the arrival of the reading that first showed it (``after_s_min``: when the reading
+    before it was asked for; the transition lies between, whatever the API's latency).
+    The objective is ``rto_s`` (default: the experiment's ``slo.rto_s``) on the time to
     replace.
 
     Returns ``{"units", "faulted", "onset", "others", "detected", "time_to_detect_s",
@@ -214,7 +217,9 @@ def verify_replacement(units: dict[str, Any], faulted: str | list[str] | None = 
     deadline = clock.monotonic() + timeout_s
     while True:
         try:
-            check.observe(UnitSnapshot(clock.now(), source.read()))
+            sent = clock.now()
+            read = source.read()
+            check.observe(UnitSnapshot(clock.now(), read, sent=sent))
         except GamedayError as exc:
             fail(verifier, f"verify_replacement: {exc}", measurement)
         if check.replaced or check.disturbed or clock.monotonic() >= deadline:

@@ -56,10 +56,17 @@ class Unit:
 
 @dataclass(frozen=True)
 class UnitSnapshot:
-    """The units as read at ``t`` (gameday's clock)."""
+    """The units as read: the answer arrived at ``t`` (gameday's clock), the request was
+    sent at ``sent`` (``t`` when not given); the controller made the document between."""
 
     t: float
     units: tuple[Unit, ...]
+    sent: float | None = None
+
+    @property
+    def requested(self) -> float:
+        """When the reading was asked for: before the controller made its document."""
+        return self.t if self.sent is None else self.sent
 
     def by_id(self) -> dict[str, Unit]:
         return {unit.id: unit for unit in self.units}
@@ -212,15 +219,17 @@ KSERVE_LABEL = "serving.kserve.io/inferenceservice"
 class HttpUnitSource:
     """A controller's HTTP JSON API read through a mapping."""
 
-    def __init__(self, url: str, mapping: UnitMapping, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, mapping: UnitMapping, timeout_s: float = 5.0,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.url, self.mapping, self.timeout_s = url, mapping, timeout_s
+        self.headers = dict(headers or {})
 
     def describe(self) -> str:
         return self.url
 
     def read(self) -> tuple[Unit, ...]:
         try:
-            document = get_json(self.url, timeout_s=self.timeout_s)
+            document = get_json(self.url, timeout_s=self.timeout_s, headers=self.headers)
         except GamedayError as exc:
             raise UnitsError(str(exc)) from None
         return self.mapping.apply(document, self.url)
@@ -288,17 +297,21 @@ def _kubernetes(spec: Mapping[str, Any], mapping: UnitMapping, what: str) -> Uni
 
 def unit_source(spec: Any, timeout_s: float = 5.0) -> UnitSource:
     """A source from a verifier's ``units`` argument: ``{"url": URL, "mapping": NAME |
-    {...}}``, ``{"kubernetes": {namespace, selector, k8s_api_url?, ...}, "mapping"?}``
-    or ``{"kserve": {namespace, name, ...}}``."""
+    {...}, "headers"?: {NAME: VALUE}}``, ``{"kubernetes": {namespace, selector,
+    k8s_api_url?, ...}, "mapping"?}`` or ``{"kserve": {namespace, name, ...}}``."""
     if not isinstance(spec, Mapping):
         raise UnitsError(f"units must be a mapping ({{url, mapping}}, {{kubernetes: ...}} "
                          f"or {{kserve: ...}}), got {spec!r}")
     kinds = [kind for kind in ("url", "kubernetes", "kserve") if kind in spec]
-    unknown = sorted(set(map(str, spec)) - {"url", "kubernetes", "kserve", "mapping"})
+    unknown = sorted(set(map(str, spec)) - {"url", "kubernetes", "kserve", "mapping",
+                                            "headers"})
     if len(kinds) != 1 or unknown:
         raise UnitsError("units needs exactly one of url, kubernetes and kserve"
                          + (f" (unknown key {unknown[0]!r})" if unknown else ""))
     kind = kinds[0]
+    if "headers" in spec and kind != "url":
+        raise UnitsError(f"units.headers goes with a url; units.{kind} authenticates "
+                         f"with k8s_api_token or kubeconfig")
     if kind == "url":
         if "mapping" not in spec:
             raise UnitsError(f"units.mapping is needed with a url (a ready mapping: "
@@ -306,7 +319,13 @@ def unit_source(spec: Any, timeout_s: float = 5.0) -> UnitSource:
         url = str(spec["url"])
         if not url.startswith(("http://", "https://")):
             raise UnitsError(f"units.url must be an http(s) URL, got {url!r}")
-        return HttpUnitSource(url, UnitMapping.from_spec(spec["mapping"]), timeout_s)
+        headers = spec.get("headers") or {}
+        if not isinstance(headers, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            # (the values are not echoed: a header may carry a token)
+            raise UnitsError("units.headers must map header names to strings")
+        return HttpUnitSource(url, UnitMapping.from_spec(spec["mapping"]), timeout_s,
+                              headers)
     settings = spec[kind]
     if not isinstance(settings, Mapping):
         raise UnitsError(f"units.{kind} must be a mapping, got {settings!r}")

@@ -307,3 +307,55 @@ def test_the_check_passes_exactly_when_the_controller_healed_the_unit_alone(
         assert check.replaced_at.low == max(0.0, ready_from)
     if check.detected is not None:
         assert check.detected.t == 1.0 + down_after and check.detected.low >= 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(down=st.floats(0.0, 6.0), up_after=st.floats(0.0, 6.0),
+       gaps=st.lists(st.tuples(st.floats(0.0, 0.5), st.floats(0.0, 2.0), st.floats(0.0, 1.0)),
+                     min_size=1, max_size=40))
+def test_a_polled_instant_holds_the_true_transition_whatever_the_api_latency(
+        down: float, up_after: float, gaps: list[tuple[float, float, float]]) -> None:
+    """Property: the faulted unit truly goes down at ``down`` and its replacement is
+    truly ready at ``down + up_after`` (seconds after the onset, 0). Readings are one
+    after another; each waits a gap, is sent, and the API makes its document at a random
+    point of a random latency (``gaps``: wait, latency, where in it), as a slow or
+    queueing controller would. Whenever the check times a transition by polling, the
+    true instant lies in ``[low, t]``: the request of the reading before, the arrival
+    of the one that showed it."""
+    ready_at = down + up_after
+    check = ReplacementCheck(faulted={"f"}, onset=0.0)
+    clock = 0.0
+    for wait, latency, where in gaps:
+        sent = clock + wait
+        made = sent + latency * where
+        clock = sent + latency
+        units = [Unit("o", "running", True)]
+        if made < down:
+            units.append(Unit("f", "running", True))
+        else:
+            units.append(Unit("f", "dead", False))
+            units.append(Unit("new", "running" if made >= ready_at else "starting",
+                              made >= ready_at))
+        check.observe(UnitSnapshot(clock, tuple(units), sent=sent))
+    if check.detected is not None:
+        assert check.detected.by == "poll"
+        assert check.detected.low <= down <= check.detected.t, (check.detected, down)
+    if check.replaced:
+        assert check.replaced_at is not None
+        assert check.replaced_at.low <= ready_at <= check.replaced_at.t, (
+            check.replaced_at, ready_at)
+
+
+def test_units_headers_go_with_a_url_and_are_never_echoed() -> None:
+    from verifiers.units import HttpUnitSource, unit_source
+
+    source = unit_source({"url": "http://127.0.0.1:9/x", "mapping": "ray_serve",
+                          "headers": {"Authorization": "Bearer s3cret"}})
+    assert isinstance(source, HttpUnitSource)
+    assert source.headers == {"Authorization": "Bearer s3cret"}
+    with pytest.raises(UnitsError) as caught:
+        unit_source({"url": "http://127.0.0.1:9/x", "mapping": "ray_serve",
+                     "headers": {"Authorization": 12345678}})
+    assert str(caught.value) == "units.headers must map header names to strings"
+    with pytest.raises(UnitsError, match=r"^units.headers goes with a url"):
+        unit_source({"kubernetes": {"selector": "app=web"}, "headers": {"A": "b"}})

@@ -14,6 +14,9 @@ KSERVE     := .venv-kserve
 KSTAMP     := $(KSERVE)/.installed
 MLSERVER   := .venv-mlserver
 MSTAMP     := $(MLSERVER)/.installed
+# Ray Serve, a self-healing controller and model server for the replacement and RTO tests
+RAY        := .venv-ray
+RSTAMP     := $(RAY)/.installed
 # the lab's Prometheus and the FUSE mount of its weights; the tests add the host
 # backend's tools, Redis and the browser that looks at the pages
 DEMO_DEBS  := prometheus fuse3
@@ -43,7 +46,7 @@ SMOKE      := $(PY) bench/run_overhead.py --runs 1 \
 
 .PHONY: setup debs demo-debs bytecode demo test bench bench-smoke lint constraints clean
 
-setup: debs $(STAMP) $(KSTAMP) $(MSTAMP) bytecode
+setup: debs $(STAMP) $(KSTAMP) $(MSTAMP) $(RSTAMP) bytecode
 
 # Byte-compile the project's own modules, as pip does for every package it installs: an
 # editable install never writes them where PYTHONDONTWRITEBYTECODE is set, and then each
@@ -89,16 +92,24 @@ $(MSTAMP):
 	$(MLSERVER)/bin/python -m pip install -q 'mlserver==1.7.1'
 	touch $(MSTAMP)
 
+$(RSTAMP):
+	test -x $(RAY)/bin/python || $(PYTHON) -m venv $(RAY)
+	$(RAY)/bin/python -m pip install -q 'ray[serve]==2.60.0'
+	touch $(RSTAMP)
+
 demo: demo-debs $(LAB_STAMP) bytecode
 	$(VENV)/bin/gameday run experiments/gpu-ecc-dbe-reshard.yaml --target lab --html
 
 # the suite on TEST_WORKERS pytest-xdist workers (its tests mostly wait on real
 # processes, servers and signals, so more workers than this machine's 2 cores); each
 # module stays on one worker (its lab started once); what a test leaves on the host is
-# named by its worker (tests/node/net_support.py); TEST_WORKERS=0: one process
+# named by its worker (tests/node/net_support.py); TEST_WORKERS=0: one process. The
+# modules marked `alone` (Ray Serve's dozen processes) run after, by themselves: beside
+# the other real servers' timing tests on two cores they made those fail
 TEST_WORKERS ?= 3
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not alone'
+	$(PY) -m pytest -q -m alone
 
 bench: debs $(STAMP) bytecode
 	$(PY) bench/run_overhead.py

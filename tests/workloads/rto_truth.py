@@ -5,16 +5,28 @@ slow its cadence), and keeps each request's send time, arrival time and whether 
 answer was correct (200, the expected text in the body, within ``correct_within_s``).
 
 :meth:`DenseProber.truth` is when correct answers arrived again for good: the earliest
-arrival of a correct answer after the send of the last incorrect one (every request
-sent after it was answered correctly). That is the server's own recovery instant to
-within a request's healthy latency, whatever the outage: refused connections, held
-requests (the first request the server answers on release arrives at the release;
-those held longer than ``correct_within_s`` count as incorrect), or added latency.
+arrival of a correct answer to a request sent after the last incorrect one (every
+request sent after that one was answered correctly). The server was not whole when it
+took that last failed request, and was answering in time when the first later request
+came back: its own recovery instant, to within a request's healthy latency, whatever the
+outage: refused connections, held requests (the first request the server answers on
+release arrives at the release; those held longer than ``correct_within_s`` count as
+incorrect), or added latency.
+
+A server that drains what it held over a while and not in order (Ray Serve's proxy
+retries each held request on its own backoff as new replicas come up) answers some
+requests within ``correct_within_s`` and, a moment later, fails one sent after them:
+then which failures a client sees depends on which requests it sent, and a prober can
+miss the last. :meth:`truth` therefore also takes the requests of the other client
+watching the same server (gameday's recorder): a request either saw fail was a real
+failure of the server, so the truth is after the last failure seen by anyone; the
+answer that proves recovery is still the prober's own.
 """
 
 import http.client
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +40,12 @@ class Sample:
     sent: float
     done: float
     correct: bool
+    body: str = ""
 
 
 class DenseProber:
-    """Probes ``url`` (GET, or POST ``body``) every 5 ms until closed."""
+    """Probes ``url`` (GET, or POST ``body``) every ``every_s`` (5 ms) with at most
+    ``in_flight`` requests open (256) until closed."""
 
     def __init__(
         self,
@@ -41,22 +55,25 @@ class DenseProber:
         expect: str = "",
         body: bytes | None = None,
         give_up_s: float = 1.0,
+        every_s: float = PROBE_INTERVAL_S,
+        in_flight: int = 256,
     ) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.path = parts.path or "/"
         self.body, self.expect = body, expect
         self.correct_within_s, self.give_up_s = correct_within_s, give_up_s
+        self.every_s = every_s
         self.samples: list[Sample] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="truth")
-        self._busy = threading.BoundedSemaphore(256)
+        self._pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="truth")
+        self._busy = threading.BoundedSemaphore(in_flight)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _probe(self, sent: float) -> None:
-        correct = False
+        correct, text = False, ""
         try:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.give_up_s)
             try:
@@ -79,7 +96,7 @@ class DenseProber:
         done = time.time()
         correct = correct and done - sent <= self.correct_within_s
         with self._lock:
-            self.samples.append(Sample(sent, done, correct))
+            self.samples.append(Sample(sent, done, correct, text if correct else ""))
         self._busy.release()
 
     def _run(self) -> None:
@@ -89,17 +106,18 @@ class DenseProber:
             if self._busy.acquire(blocking=False):
                 self._pool.submit(self._probe, time.time())
             tick += 1
-            self._stop.wait(max(0.0, started + tick * PROBE_INTERVAL_S - time.monotonic()))
+            self._stop.wait(max(0.0, started + tick * self.every_s - time.monotonic()))
 
-    def truth(self, onset: float) -> float:
-        """The earliest arrival of a correct answer after the last incorrect request
-        sent since ``onset`` (AssertionError if none failed or none came back)."""
+    def truth(self, onset: float, also: Iterable[Sample] = ()) -> float:
+        """The earliest arrival of a correct answer to one of the prober's requests sent
+        after the last incorrect request sent since ``onset``, the prober's or one of
+        ``also`` (another client's: only its failures count, never its answers)
+        (AssertionError if the prober never saw the server fail, or none came back)."""
         with self._lock:
-            samples = [s for s in self.samples if s.sent >= onset]
-        bad = [s.sent for s in samples if not s.correct]
-        assert bad, "the prober never saw the server fail"
-        last_bad = max(bad)
-        good = [s.done for s in samples if s.correct and s.done > last_bad]
+            own = [s for s in self.samples if s.sent >= onset]
+        assert any(not s.correct for s in own), "the prober never saw the server fail"
+        last_bad = max(s.sent for s in [*own, *also] if not s.correct and s.sent >= onset)
+        good = [s.done for s in own if s.correct and s.sent > last_bad]
         assert good, "the prober never saw the server come back"
         return min(good)
 
@@ -107,6 +125,11 @@ class DenseProber:
         self._stop.set()
         self._thread.join(timeout=5)
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def recorded(readings: Iterable[Any]) -> list[Sample]:
+    """gameday's recorder readings (``t``, ``done_at``, ``ok``) as samples."""
+    return [Sample(r.t, r.done_at, r.ok) for r in readings]
 
 
 def errors(result: dict[str, Any], truth: float) -> dict[str, float]:

@@ -5,13 +5,13 @@ slow its cadence), and keeps each request's send time, arrival time and whether 
 answer was correct (200, the expected text in the body, within ``correct_within_s``).
 
 :meth:`DenseProber.truth` is when correct answers arrived again for good: the earliest
-arrival of a correct answer to a request sent after the last incorrect one (every
-request sent after that one was answered correctly). The server was not whole when it
-took that last failed request, and was answering in time when the first later request
-came back: its own recovery instant, to within a request's healthy latency, whatever the
-outage: refused connections, held requests (the first request the server answers on
-release arrives at the release; those held longer than ``correct_within_s`` count as
-incorrect), or added latency.
+arrival of a correct answer after the send of the last incorrect one (every request
+sent after it was answered correctly). The server was not whole when it took that last
+failed request, and was answering in time when that answer came back: its own recovery
+instant, to within a request's healthy latency, whatever the outage: refused
+connections, held requests (the first request the server answers on release arrives
+at the release; those held longer than ``correct_within_s`` count as incorrect), or
+added latency.
 
 A server that drains what it held over a while and not in order (Ray Serve's proxy
 retries each held request on its own backoff as new replicas come up) answers some
@@ -109,15 +109,15 @@ class DenseProber:
             self._stop.wait(max(0.0, started + tick * self.every_s - time.monotonic()))
 
     def truth(self, onset: float, also: Iterable[Sample] = ()) -> float:
-        """The earliest arrival of a correct answer to one of the prober's requests sent
-        after the last incorrect request sent since ``onset``, the prober's or one of
-        ``also`` (another client's: only its failures count, never its answers)
+        """The earliest arrival of a correct answer to one of the prober's requests
+        after the send of the last incorrect request since ``onset``, the prober's or
+        one of ``also`` (another client's: only its failures count, never its answers)
         (AssertionError if the prober never saw the server fail, or none came back)."""
         with self._lock:
             own = [s for s in self.samples if s.sent >= onset]
         assert any(not s.correct for s in own), "the prober never saw the server fail"
         last_bad = max(s.sent for s in [*own, *also] if not s.correct and s.sent >= onset)
-        good = [s.done for s in own if s.correct and s.sent > last_bad]
+        good = [s.done for s in own if s.correct and s.done > last_bad]
         assert good, "the prober never saw the server come back"
         return min(good)
 
@@ -141,3 +141,19 @@ def errors(result: dict[str, Any], truth: float) -> dict[str, float]:
         "low": round(truth - low, 4),
         "estimate": round(result["recovered_at"] - truth, 4),
     }
+
+
+def assert_holds(result: dict[str, Any], truth: float, readings: Iterable[Any],
+                 prober: DenseProber) -> None:
+    """The truth lies in gameday's ``recovered_between`` (1 ms of rounding); if not,
+    print both clients' requests around it first (pytest cuts a long message)."""
+    low, high = result["recovered_between"]
+    if low - 1e-3 <= truth <= high + 1e-3:
+        return
+    print("gameday's requests (sent, ok, done, from the truth):",
+          [(round(r.t - truth, 3), r.ok, round(r.done_at - truth, 3), r.error)
+           for r in readings if low - 1.5 <= r.t <= high + 1.5])
+    print("the prober's:", [(round(p.sent - truth, 3), p.correct, round(p.done - truth, 3))
+                            for p in prober.samples if low - 1.5 <= p.sent <= high + 1.5])
+    raise AssertionError(f"the truth {truth:.3f} is outside [{low:.3f}, {high:.3f}]: "
+                         f"{errors(result, truth)}")

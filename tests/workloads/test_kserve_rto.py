@@ -30,7 +30,7 @@ from gameday.engine.session import current, deactivate
 from gameday.node.host.process import HostSignalFault
 from gameday.node.host.proxy import ServiceProxyFault
 from tests.verifiers.verifier_helpers import free_port, new_session, record_fault
-from tests.workloads.rto_truth import DenseProber, errors
+from tests.workloads.rto_truth import DenseProber, assert_holds, errors
 from tests.workloads.test_kserve_v2 import PYTHON, REPO, Supervisor
 from verifiers.rto import measure_recovery
 from verifiers.sli import recorder_for
@@ -118,6 +118,7 @@ def measure(served: Served, kind: str, inject: Callable[[], None]) -> dict[str, 
         result = measure_recovery(stable_for_s=1.0, expect_outage=True, timeout_s=60, detect={})
         time.sleep(0.3)  # the prober's answers to the last requests before it closes
         truth = prober.truth(result["onset"])
+        readings = current().recorder.readings()  # type: ignore[union-attr]
     finally:
         prober.close()
         current().recorder.stop()  # type: ignore[union-attr]
@@ -127,8 +128,7 @@ def measure(served: Served, kind: str, inject: Callable[[], None]) -> dict[str, 
         f"{served.name} {kind}: {measured} rto {result['rto_s']:.3f} s "
         f"± {result['rto_resolution_s']}"
     )
-    low, high = result["recovered_between"]
-    assert low - 1e-3 <= truth <= high + 1e-3, (measured, result["timeline"])
+    assert_holds(result, truth, readings, prober)
     return measured
 
 

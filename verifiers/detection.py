@@ -33,6 +33,8 @@ class Detection:
 
 
 class DetectionSignal(Protocol):
+    error: str  # why the last read failed ("" when it did not)
+
     def describe(self) -> str: ...
 
     def first_after(self, onset: float) -> Detection | None:

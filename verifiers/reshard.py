@@ -261,7 +261,8 @@ def verify_reshard(placement: str | dict[str, Any] = "lab",
             detected_at, detect_event = seen.t, {"type": "signal", "signal": seen.what}
             found.warnings = [w for w in found.warnings if not w.startswith("no alert")]
     if detected_at is None and signal is not None and detect_slo_s is not None:
-        found.problems.append(f"no detection by {signal.describe()}")
+        found.problems.append(f"no detection by {signal.describe()}"
+                              + (f" ({signal.error})" if signal.error else ""))
     detect_s = None if detected_at is None else round(detected_at - onset, 3)
     reshard_s = None if found.resharded_at is None else round(found.resharded_at - onset, 3)
     respond_s = (None if detected_at is None or found.resharded_at is None

@@ -309,3 +309,21 @@ def test_http_source_reads_and_sorts_events(placement_server: PlacementServer) -
     assert placement.gpu("node-0", 1) is not None and placement.gpu("node-9", 0) is None
     assert placement.shards_on("node-0", 0)[0].pid == 100
     assert placement.time > 0 and placement.version == 1
+
+
+def test_a_detection_signal_that_cannot_be_read_says_why() -> None:
+    """A refused Prometheus (a port nothing listens on): the signal finds nothing and
+    keeps the reason, which verify_reshard's ``no detection by ...`` then gives."""
+    import socket
+    import time
+
+    from gameday.promql import PromQL
+    from verifiers.detection import PromQLDetection
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    signal = PromQLDetection(PromQL(f"http://127.0.0.1:{port}", timeout_s=1.0),
+                             "up > 0", now=time.time)
+    assert signal.first_after(time.time() - 1) is None
+    assert signal.error and f"127.0.0.1:{port}" in signal.error

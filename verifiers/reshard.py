@@ -248,6 +248,7 @@ def verify_reshard(placement: str | dict[str, Any] = "lab",
     check = ReshardCheck(faulted=faulted, onset=onset, nvlink_rule=same_nvlink_domain,
                          max_shards_per_gpu=max_shards_per_gpu,
                          require_detection=detect_slo_s is not None and signal is None)
+    deadline = session.clock.monotonic() + timeout_s
     found, snapshot, polls = poll_reshard(source, check, session.clock, timeout_s=timeout_s,
                                           interval_s=interval_s)
     detection = found.detection
@@ -256,7 +257,12 @@ def verify_reshard(placement: str | dict[str, Any] = "lab",
         "type": detection.type, "alert": detection.alert,
         "gpu": gpu_label(detection.node, detection.gpu or 0)}
     if detection is None and signal is not None:
+        # the signal can lag the re-shard (a Prometheus that has not scraped the error
+        # yet): read it until it shows the detection or the time is up
         seen = signal.first_after(onset)
+        while seen is None and session.clock.monotonic() < deadline:
+            session.clock.sleep(min(interval_s, max(0.0, deadline - session.clock.monotonic())))
+            seen = signal.first_after(onset)
         if seen is not None:
             detected_at, detect_event = seen.t, {"type": "signal", "signal": seen.what}
             found.warnings = [w for w in found.warnings if not w.startswith("no alert")]

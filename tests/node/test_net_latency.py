@@ -67,7 +67,11 @@ def test_the_delay_added_is_the_delay_asked(seed: int) -> None:
     distribution = rng.choice(["uniform", "normal"])
     handler = LatencyFault(PREFIX)
     with netns_pair() as pair, echoes(pair) as [echo]:
-        base = statistics.median(round_trips_ms(pair, echo.address, 30))
+        before = round_trips_ms(pair, echo.address, 30)
+        base = statistics.median(before)
+        # the host's own scheduling jitter, measured here before the fault: on a loaded
+        # 2-core machine one probe in ten can be late by more than the delayer's overhead
+        noise = percentile(before, 0.9, nearest_rank=True) - base
         fault_id = f"lat{seed}{rng.randrange(1 << 30):x}"
         req = request(pair, echo.address[1], delay_ms=delay, jitter_ms=jitter,
                       distribution=distribution)
@@ -78,11 +82,11 @@ def test_the_delay_added_is_the_delay_asked(seed: int) -> None:
         finally:
             handler.revert(fault_id, req)
         spread = jitter if distribution == "uniform" else 4 * jitter
-        low, high = max(0.0, delay - spread) - 0.5, delay + spread + OVERHEAD_MS
+        low, high = max(0.0, delay - spread) - 0.5, delay + spread + OVERHEAD_MS + noise
         # never early (a packet leaves after its hold); late only by the host's
         # scheduling, which under the suite's load can add a few ms to any one probe
         assert all(low <= a for a in added), (delay, jitter, distribution, added)
-        assert percentile(added, 0.9, nearest_rank=True) <= high, (delay, jitter, added)
+        assert percentile(added, 0.9, nearest_rank=True) <= high, (delay, jitter, noise, added)
         assert abs(statistics.median(added) - delay) <= max(jitter, 0.2) + OVERHEAD_MS / 2
         after = statistics.median(round_trips_ms(pair, echo.address, 30))
         assert after < base + 0.5

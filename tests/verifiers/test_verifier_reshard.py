@@ -327,3 +327,36 @@ def test_a_detection_signal_that_cannot_be_read_says_why() -> None:
                              "up > 0", now=time.time)
     assert signal.first_after(time.time() - 1) is None
     assert signal.error and f"127.0.0.1:{port}" in signal.error
+
+
+def test_a_detection_signal_that_lags_the_reshard_is_read_until_it_shows(
+        placement_server: PlacementServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller re-shards before the system's signal shows the fault (a Prometheus
+    that has not scraped the error yet): the signal, a stand-in that answers nothing for
+    its first three reads, is read again until it shows the detection."""
+    import verifiers.reshard as reshard
+    from verifiers.detection import Detection
+
+    session = new_session()
+    onset = record_fault(session).applied_at
+    document = healed(onset, ("node-0", 1))
+    document["events"] = [e for e in document["events"] if e["type"] == "shard_moved"]
+    placement_server.then(onset, document)
+
+    class Lagging:
+        error = ""
+        reads = 0
+
+        def describe(self) -> str:
+            return "promql lagging"
+
+        def first_after(self, since: float) -> Detection | None:
+            self.reads += 1
+            return Detection(since + 0.2, "promql lagging true") if self.reads > 3 else None
+
+    lagging = Lagging()
+    monkeypatch.setattr(reshard, "detection_signal", lambda detect, session: lagging)
+    result = verify_reshard(placement=placement_server.placement_url, interval_s=0.05,
+                            timeout_s=5, detect={"promql": "up"}, detect_slo_s=1)
+    assert lagging.reads == 4 and result["time_to_detect_s"] == 0.2
+    assert result["detect_event"] == {"type": "signal", "signal": "promql lagging true"}

@@ -213,8 +213,11 @@ def serve_kube(agents: int) -> None:
 
 # -- the orchestrator --------------------------------------------------------------------
 
-def point(api: dict[str, str], rounds: int) -> dict[str, float]:
-    """Discover the fleet and fan out ``rounds`` times; the figures of this process."""
+def point(api: dict[str, str], rounds: int, profile: str | None) -> dict[str, float]:
+    """Discover the fleet and fan out ``rounds`` times; the figures of this process.
+    With ``profile``, the fan-outs' cProfile statistics are written to that file (the
+    profiler roughly doubles the wall: read it for shares, not for figures)."""
+    import cProfile
     import logging
 
     import structlog
@@ -238,19 +241,26 @@ def point(api: dict[str, str], rounds: int) -> dict[str, float]:
     for checked in (inject, activity("revert")):
         ensure_activity_is_valid(checked)
     walls, cpus = [], []
+    profiler = cProfile.Profile() if profile else None
     with tempfile.TemporaryDirectory(prefix="gdfleet-home-") as home:
         for _ in range(rounds):
             run = sessions.activate(sessions.Session(
                 target=target, ledger_path=Path(home) / "ledger.jsonl"))
             cpu, began = time.process_time(), time.perf_counter()
+            if profiler:
+                profiler.enable()
             applied = run_activity(inject, {}, {})
             reverted = run_activity(activity("revert"), {}, {})
+            if profiler:
+                profiler.disable()
             walls.append(time.perf_counter() - began)
             cpus.append(time.process_time() - cpu)
             assert len(applied["faults"]) == len(gpus), applied
             assert reverted == {"reverted": len(gpus)} and not run.ledger.active()
             run.close()
         sessions.deactivate()
+    if profiler and profile:
+        profiler.dump_stats(profile)
     return {"gpus": len(gpus), "wall_s": statistics.fmean(walls),
             "orchestrator_cpu_s": statistics.fmean(cpus), "discovery_s": discovery_s,
             "orchestrator_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -272,7 +282,9 @@ def measure(gpus: int, args: argparse.Namespace) -> dict[str, float]:
         assert kube.stdout is not None
         api = kube.stdout.readline()
         before = cpu_seconds(standins)
-        orchestrator = subprocess.run([*me, "--point", api.strip(), str(args.rounds)],
+        profile = ([f"{args.profile}.{gpus}"] if args.profile else [])
+        orchestrator = subprocess.run([*me, "--point", api.strip(), str(args.rounds),
+                                       *profile],
                                       capture_output=True, text=True, cwd=REPO, check=False)
         if orchestrator.returncode != 0:
             raise SystemExit(f"fleet: {gpus} GPUs: the orchestrator failed:\n"
@@ -299,7 +311,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="fan-outs per size")
     parser.add_argument("--serve-agents", nargs=4, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-kube", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--point", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", metavar="FILE",
+                        help="write each size's fan-out profile (cProfile) to FILE.GPUS")
+    parser.add_argument("--point", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_agents:
         first, step, agents, gpus = args.serve_agents
@@ -309,7 +323,8 @@ def main() -> None:
         serve_kube(args.serve_kube)
         return
     if args.point:
-        print(json.dumps(point(json.loads(args.point[0]), int(args.point[1]))))
+        profile = args.point[2] if len(args.point) > 2 else None
+        print(json.dumps(point(json.loads(args.point[0]), int(args.point[1]), profile)))
         return
     points = []
     for gpus in (int(size) for size in args.sizes.split(",")):

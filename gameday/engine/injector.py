@@ -33,7 +33,6 @@ intended and recorded with a :class:`gameday.engine.leases.FaultRoute` that rene
 reverts them (:meth:`FaultInjector.intend_external`, :meth:`FaultInjector.record_external`).
 """
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -180,7 +179,7 @@ class FaultInjector:
         """Give each request a request id and record their intents in the ledger (one
         fsync'd write) before any of them is sent; returns the requests with their ids."""
         target = self.target()
-        named = [dataclasses.replace(request, request_id=request_id) for request, request_id
+        named = [InjectRequest(r.node, r.kind, r.target, r.params, request_id) for r, request_id
                  in zip(requests, new_request_ids(len(requests)), strict=True)]
         urls = {node: target.agent(node).url for node in {r.node for r in named}}
         self.ledger.record_intents([

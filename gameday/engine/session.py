@@ -190,6 +190,7 @@ class Session:
         self.end_silence(reason)
         self.renewer.stop()
         self.locks.release_all()
+        self.ledger.close()  # until a later line (the file stays whole)
         return failures
 
 

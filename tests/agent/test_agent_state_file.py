@@ -1,6 +1,7 @@
 """The agent's state file and the directory it keeps open between saves: real files,
 real agents (started with HTTP and stopped), a real backend of marker files."""
 
+import contextlib
 import gc
 import json
 import os
@@ -65,10 +66,8 @@ def many_agents_started_and_stopped(root: pathlib.Path) -> None:
 def described(fds: set[int]) -> list[str]:
     named = []
     for fd in sorted(fds):
-        try:
+        with contextlib.suppress(OSError):  # closed since (the listing's own descriptor)
             named.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
-        except OSError:  # closed since (the listing's own descriptor)
-            pass
     return named
 
 

@@ -21,6 +21,7 @@ one-line :class:`InvalidInput` naming the selector; nothing is injected.
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from gameday.errors import InvalidInput
@@ -87,7 +88,7 @@ def select_gpus(gpus: Sequence[FleetGpu], selector: Mapping[str, Any], *,
     percent = _percent(selector, where)
     tests = _filters(selector, where)
     matches = sorted((g for g in gpus if all(test(g) for test in tests)),
-                     key=lambda g: (g.node, g.index))
+                     key=attrgetter("node", "index"))
     if percent is not None and matches and percent < 100:  # (100: every one, in order)
         count = max(1, math.ceil(len(matches) * percent / 100))
         seed = selector.get("seed", 0)

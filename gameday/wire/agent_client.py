@@ -5,8 +5,10 @@ the agent and carrying the agent's own error text; ``status`` is the HTTP status
 ``None`` when the agent could not be reached or did not answer in time. A renew of a
 fault the agent already reverted raises :class:`LeaseLost`.
 
-The connection is :mod:`http.client`'s (``HTTPConnection``, ``HTTPSConnection`` for an
-``https`` agent), kept alive between requests. Every request is an :class:`Exchange`:
+The connection is :class:`gameday.wire.http1.Connection` (TLS for an ``https`` agent),
+kept alive between requests: each request written whole, each answer read strictly and
+within bounds (that module says why not :mod:`http.client`). Every request is an
+:class:`Exchange`:
 sent, then its answer read. The plain methods do both at once; the ``start_*`` methods
 return the exchange once the request is sent, so that one thread can have a request in
 flight to many agents and read each answer when its socket becomes readable
@@ -19,17 +21,18 @@ it sent needs, at a fraction of the bytes to encode, send and decode. An agent t
 ignores the preference answers whole faults, which hold those fields too.
 """
 
-import http.client
 import json
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
 from gameday.errors import AgentError
+from gameday.wire.http1 import Connection, MalformedAnswer, request_bytes
 from gameday.wire.protocol import MAX_BATCH_ITEMS, PREFER_MINIMAL
 
 __all__ = ["MAX_ANSWER_BYTES", "AgentClient", "AgentHalted", "BatchFailed", "BatchResult",
@@ -90,25 +93,9 @@ class BatchResult:
 
 
 # A request on a kept-alive connection that the agent had already closed fails with
-# one of these before the agent saw it (http.client.RemoteDisconnected, the connection
-# closed before an answer began, is a ConnectionResetError); it is sent again once on a
-# new connection.
+# one of these before the agent saw it (a connection closed before an answer began is a
+# ConnectionResetError); it is sent again once on a new connection.
 _STALE_CONNECTION = (BrokenPipeError, ConnectionResetError)
-
-
-class _VerifiedHTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPS connection whose certificate is checked against ``server_name`` rather
-    than the host it connects to (an agent reached by pod IP presents its Service name)."""
-
-    def __init__(self, host: str, port: int | None, *, timeout: float,
-                 context: ssl.SSLContext, server_name: str) -> None:
-        super().__init__(host, port, timeout=timeout, context=context)
-        self._tls_context = context
-        self._server_name = server_name
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_name)
 
 
 class AgentClient:
@@ -127,15 +114,24 @@ class AgentClient:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise AgentError(f"agent url {url!r} must look like http://host:port")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            request_bytes("GET", "/", parts.netloc, {"Authorization": f"Bearer {token}"}, None)
+        except ValueError:
+            raise AgentError(f"agent url {url!r} or its token holds a character a request "
+                             "cannot carry") from None
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._parts = parts
+        self._host, self._port = parts.hostname, port
         self._prefix = parts.path.rstrip("/")
         self._token = token
-        self._tls = tls
+        self._tls = tls if parts.scheme == "https" else None
+        if parts.scheme == "https" and self._tls is None:
+            self._tls = ssl.create_default_context()
         self._server_name = server_name or parts.hostname
         self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: Connection | None = None
         self._conn_used = False  # an answer was read on the connection's socket
 
     def __repr__(self) -> str:
@@ -334,7 +330,12 @@ class AgentClient:
             headers["Content-Type"] = "application/json"
         if minimal:
             headers["Prefer"] = PREFER_MINIMAL
-        exchange = Exchange(self, method, self._prefix + path, payload, headers, decode)
+        try:
+            data = request_bytes(method, self._prefix + path, self._parts.netloc, headers,
+                                 payload)
+        except ValueError as exc:
+            raise AgentError(f"agent {self.url}: {exc}") from None
+        exchange = Exchange(self, method, self._prefix + path, data, decode)
         exchange.send()
         return exchange
 
@@ -351,7 +352,7 @@ class AgentClient:
                                  status=status)
             return answer
         error = answer.get("error") if isinstance(answer, dict) else None
-        message = f"{where} -> {status}: {error or http.client.responses.get(status, '?')}"
+        message = f"{where} -> {status}: {error or _phrase(status)}"
         if status == 410 and isinstance(answer, dict):
             raise LeaseLost(message, status=status, fault=answer)
         if status == 423 and isinstance(answer, dict) and answer.get("code") == "halted":
@@ -361,22 +362,19 @@ class AgentClient:
             raise _Refused(message, status=status, answer=answer)
         raise AgentError(message, status=status)
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> Connection:
         """The kept-alive connection (its socket is opened by the request that finds it
-        closed); for an ``https`` agent, TLS with the connection's ``ssl.SSLContext``."""
+        closed); for an ``https`` agent, TLS with the client's ``ssl.SSLContext``, the
+        certificate checked for the server name (an agent reached by pod IP presents
+        its Service name)."""
         if self._conn is None:
-            host, port = self._parts.hostname or "", self._parts.port
-            if self._parts.scheme == "https":
-                self._conn = _VerifiedHTTPSConnection(
-                    host, port, timeout=self.timeout_s,
-                    context=self._tls or ssl.create_default_context(),
-                    server_name=self._server_name or host)
-            else:
-                self._conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
+            self._conn = Connection(self._host or "", self._port, timeout_s=self.timeout_s,
+                                    tls=self._tls, server_name=self._server_name,
+                                    max_body=MAX_ANSWER_BYTES)
         return self._conn
 
     def _socket_open(self) -> bool:
-        return self._conn is not None and self._conn.sock is not None
+        return self._conn is not None and self._conn.is_open
 
     def _drop(self) -> None:
         """Close the connection's socket (the next request opens a new one)."""
@@ -396,14 +394,14 @@ class Exchange(Generic[T]):
     the agent saw it; it is sent once more on a new connection.
     """
 
-    def __init__(self, client: AgentClient, method: str, path: str, payload: bytes | None,
-                 headers: dict[str, str],
+    def __init__(self, client: AgentClient, method: str, path: str, data: bytes,
                  decode: Callable[[Callable[[], dict[str, Any]]], T]) -> None:
         self.client = client
         self.where = f"agent {client.url}: {method} {path.partition('?')[0]}"
         self.deadline = 0.0  # time.monotonic() by which the answer is due
         self.state = "new"   # new, sending, sent, reading, done
-        self._request = (method, path, payload, headers)
+        self._path = path
+        self._data = data  # the request, head and body
         self._decode = decode
         self._reused = False
         self._locked = False
@@ -415,8 +413,7 @@ class Exchange(Generic[T]):
     def fileno(self) -> int:
         """The socket the answer arrives on (for ``selectors``), or -1 if there is none."""
         conn = self.client._conn
-        sock = None if conn is None else conn.sock
-        return sock.fileno() if sock is not None else -1
+        return -1 if conn is None else conn.fileno()
 
     def send(self) -> None:
         """Take the client's connection and send the request (connecting if needed)."""
@@ -460,11 +457,10 @@ class Exchange(Generic[T]):
 
     def _send_once(self) -> None:
         client = self.client
-        method, path, payload, headers = self._request
         for attempt in (1, 2):
             self._reused = client._socket_open() and client._conn_used
-            try:  # http.client writes the request line and headers, then the body
-                client._connection().request(method, path, payload, headers)
+            try:
+                client._connection().send(self._data)
             except _STALE_CONNECTION as exc:
                 client._drop()
                 if self._reused and attempt == 1:
@@ -472,7 +468,7 @@ class Exchange(Generic[T]):
                 raise self._failure(exc) from None
             except BaseException as exc:
                 client._drop()
-                if isinstance(exc, OSError | http.client.HTTPException):
+                if isinstance(exc, OSError):
                     raise self._failure(exc) from None
                 raise
             self.deadline = time.monotonic() + client.timeout_s
@@ -495,7 +491,7 @@ class Exchange(Generic[T]):
             self._release()
             self.state = "done"
         try:
-            return self._decode(lambda: self.client._answer(self.where, self._request[1],
+            return self._decode(lambda: self.client._answer(self.where, self._path,
                                                              status, raw)), None
         except AgentError as exc:
             return None, exc
@@ -505,8 +501,7 @@ class Exchange(Generic[T]):
         retry = self._reused  # a kept-alive connection the agent had closed: once, anew
         while True:
             try:
-                response = client._connection().getresponse()
-                body = _body(response)
+                answer = client._connection().read_answer()  # closes what it must
             except _STALE_CONNECTION as exc:
                 client._drop()
                 if not retry:
@@ -514,13 +509,11 @@ class Exchange(Generic[T]):
                 retry = False
                 self._send_once()  # on a new connection
                 continue
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, MalformedAnswer) as exc:
                 client._drop()
                 raise self._failure(exc) from None
             client._conn_used = True
-            if response.will_close or not response.isclosed():
-                client._drop()
-            return response.status, body
+            return answer.status, answer.body
 
     def _failure(self, exc: BaseException) -> AgentError:
         if isinstance(exc, TimeoutError):
@@ -529,7 +522,7 @@ class Exchange(Generic[T]):
             return AgentError(f"{self.where}: cannot connect (connection refused)")
         if isinstance(exc, _STALE_CONNECTION):
             return AgentError(f"{self.where}: connection failed ({_describe(exc)})")
-        if isinstance(exc, http.client.HTTPException):
+        if isinstance(exc, MalformedAnswer):
             return AgentError(f"{self.where}: malformed answer ({_describe(exc)})")
         return AgentError(f"{self.where}: cannot reach the agent ({_describe(exc)})")
 
@@ -547,19 +540,6 @@ class _Refused(AgentError):
         self.message = message
         self.answer = answer
         super().__init__(message, status=status)
-
-
-def _body(response: http.client.HTTPResponse) -> bytes:
-    """The answer's body, all of it (framed by ``Content-Length``, by chunks or by the
-    end of the connection), at most :data:`MAX_ANSWER_BYTES`."""
-    if response.length is not None:
-        if response.length > MAX_ANSWER_BYTES:
-            raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES} bytes")
-        return response.read()  # raises IncompleteRead if the connection ends early
-    body = response.read(MAX_ANSWER_BYTES + 1)
-    if len(body) > MAX_ANSWER_BYTES:
-        raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES} bytes")
-    return body
 
 
 def _inject_item(fault: Mapping[str, Any], *, run: bool = True) -> dict[str, Any]:
@@ -580,6 +560,13 @@ def _check_size(count: int) -> None:
 
 def _quote(fault_id: str) -> str:
     return quote(fault_id, safe="")
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "?"
 
 
 def _describe(exc: BaseException) -> str:

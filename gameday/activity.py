@@ -35,7 +35,6 @@ from typing import Any, NoReturn
 import structlog
 from chaoslib.exceptions import ActivityFailed
 
-from gameday.bounded import no_cyclic_gc
 from gameday.engine import kubernetes_faults
 from gameday.engine import session as sessions
 from gameday.engine.fault_requests import InjectRequest
@@ -219,7 +218,6 @@ def inject_on_node(kind: str, *, node: str | None, target: Mapping[str, Any],
     return entry
 
 
-@no_cyclic_gc()  # a fleet's GPUs, requests and entries: the collector waits, as in inject
 def inject_on_gpus(kind: str, gpu: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                    action: str = "", lease_s: float | None = None) -> list[FaultEntry]:
     """Inject ``kind`` on every GPU the selector ``gpu`` resolves to on the run's target

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from gameday import jsonbytes
 from gameday.wire.fault_record import FaultRecord, FaultRecordJSON
 
 
@@ -366,13 +367,6 @@ def append_event(path: Path, event: str, run_id: str, payload: dict[str, Any]) -
     append_events(path, run_id, [(event, payload)])
 
 
-#: Compact lines, keys in the order written (``event``, ``run``, then the payload's);
-#: stateless, so shared by every write. Without the check for circular references (a
-#: fan-out batch's event encodes a fifth faster): entries hold JSON-like values, from
-#: the agents' answers and the experiment, never a cycle.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-
-
 def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any]]], *,
                   sync: bool = True) -> None:
     """Append several event lines with one write and (``sync``) one fsync; the file
@@ -387,8 +381,8 @@ def append_events(path: Path, run_id: str, events: list[tuple[str, dict[str, Any
 
 
 def _lines(run_id: str, events: list[tuple[str, dict[str, Any]]]) -> bytes:
-    return "".join(_ENCODER.encode({"event": event, "run": run_id, **payload}) + "\n"
-                   for event, payload in events).encode("utf-8")
+    return b"".join(jsonbytes.dumps({"event": event, "run": run_id, **payload}) + b"\n"
+                    for event, payload in events)
 
 
 class _AppendFile:

@@ -31,6 +31,7 @@ from http import HTTPStatus
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
+from gameday import jsonbytes
 from gameday.errors import AgentError
 from gameday.wire.http1 import Connection, MalformedAnswer, request_bytes
 from gameday.wire.protocol import MAX_BATCH_ITEMS, PREFER_MINIMAL
@@ -42,12 +43,6 @@ T = TypeVar("T")
 
 #: The largest answer body the client reads; a larger one is a malformed answer.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-
-#: Request bodies: compact JSON (ASCII, so any agent reads it), encoded without the check
-#: for circular references (bodies are made of JSON-like values: a cycle would be a
-#: RecursionError instead of a ValueError).
-_BODY_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-
 
 class LeaseLost(AgentError):
     """The agent already reverted the fault (its lease ran out, or it was reverted):
@@ -324,7 +319,7 @@ class AgentClient:
         """Send one request; ``decode`` turns the answer (a callable that returns the
         JSON object or raises the agent's error) into the exchange's result; ``minimal``:
         ask for a minimal answer."""
-        payload = None if body is None else _BODY_ENCODER.encode(body).encode("utf-8")
+        payload = None if body is None else jsonbytes.dumps(body)
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         if payload is not None:
             headers["Content-Type"] = "application/json"

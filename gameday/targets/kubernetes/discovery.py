@@ -23,6 +23,7 @@ import functools
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from gameday.errors import AgentError, TargetUnavailable
@@ -86,8 +87,8 @@ class FleetGpu:
 
 @dataclass
 class Fleet:
-    """What discovery found: agents (and a client for each) by node, node labels, GPUs,
-    shard placement."""
+    """What discovery found: agents (and a client for each) by node, node labels, GPUs
+    (in (node, index) order), shard placement."""
 
     agents: dict[str, AgentPod]
     clients: dict[str, AgentClient]
@@ -228,6 +229,7 @@ def discover(core: Any, settings: KubeSettings, token: str,
                                  nvlink_domain=str(gpu.get("nvlink_domain") or node_labels.get(
                                      node, {}).get(CLIQUE_LABEL) or node),
                                  node_labels=node_labels.get(node, {}), shards=shards))
+    gpus.sort(key=attrgetter("node", "index"))  # the order selectors keep
     if agents and len(unreachable) == len(agents):
         first = next(iter(unreachable.items()))
         raise TargetUnavailable(f"target kubernetes: no agent answered ({len(agents)} tried; "

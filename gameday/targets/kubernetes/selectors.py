@@ -21,7 +21,6 @@ one-line :class:`InvalidInput` naming the selector; nothing is injected.
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from operator import attrgetter
 from typing import Any
 
 from gameday.errors import InvalidInput
@@ -77,7 +76,8 @@ def _percent(selector: Mapping[str, Any], where: str) -> float | None:
 
 def select_gpus(gpus: Sequence[FleetGpu], selector: Mapping[str, Any], *,
                 where: str = "gpu") -> list[FleetGpu]:
-    """The GPUs of ``gpus`` that ``selector`` picks, in (node, index) order."""
+    """The GPUs of ``gpus`` (in (node, index) order, as discovery lists them) that
+    ``selector`` picks, in that order."""
     if not isinstance(selector, Mapping) or not selector:
         raise InvalidInput(f"a GPU selector needs one of {', '.join(SELECTOR_KEYS[:-1])}",
                            path=where)
@@ -87,8 +87,7 @@ def select_gpus(gpus: Sequence[FleetGpu], selector: Mapping[str, Any], *,
                            path=f"{where}.{unknown[0]}")
     percent = _percent(selector, where)
     tests = _filters(selector, where)
-    matches = sorted((g for g in gpus if all(test(g) for test in tests)),
-                     key=attrgetter("node", "index"))
+    matches = [g for g in gpus if all(test(g) for test in tests)]
     if percent is not None and matches and percent < 100:  # (100: every one, in order)
         count = max(1, math.ceil(len(matches) * percent / 100))
         seed = selector.get("seed", 0)

@@ -17,6 +17,7 @@ import pytest
 from gameday.agent.framing import FramingError, RequestReader
 from gameday.agent.server import AgentServer
 from tests.agent.agent_marker import MarkerBackend
+from tests.http_cases import http_case
 from tests.security.conftest import TOKEN, LiveAgent
 
 SMUGGLED = (b"GET /v1/inventory HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
@@ -163,17 +164,7 @@ def test_the_reader_agrees_with_h11_or_refuses_by_a_named_rule(seed: int) -> Non
     rng = random.Random(seed)
     base = b"POST /v1/faults HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
     for _ in range(1500):
-        if rng.random() < 0.5:
-            data = bytearray(base)
-            for _ in range(rng.randint(1, 4)):
-                at = rng.randrange(len(data) + 1)
-                if rng.random() < 0.5 and len(data) > at:
-                    del data[at:at + rng.randint(1, 3)]
-                else:
-                    data[at:at] = rng.choice(PIECES)
-            case = bytes(data)
-        else:
-            case = b"".join(rng.choice(PIECES) for _ in range(rng.randint(3, 14)))
+        case = http_case(rng, base, PIECES)
         mine, reference = ours(case), theirs(case)
         if isinstance(reference, Exception):
             assert isinstance(mine, FramingError), (case, mine)

@@ -15,6 +15,7 @@ import pytest
 from gameday.errors import AgentError
 from gameday.wire.agent_client import AgentClient
 from gameday.wire.http1 import Answer, Connection, MalformedAnswer, request_bytes
+from tests.http_cases import http_case
 
 PIECES = [b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2", b" ", b"200", b"204", b"304", b"404",
           b"100", b"OK", b"\r\n", b"\n", b"\r", b"Content-Length: 3", b"Content-Length: 03",
@@ -78,25 +79,12 @@ def theirs(data: bytes) -> tuple[int, bytes] | Exception:
         return exc
 
 
-def case(rng: random.Random) -> bytes:
-    if rng.random() < 0.6:
-        data = bytearray(BASE)
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(len(data) + 1)
-            if rng.random() < 0.4 and len(data) > at:
-                del data[at:at + rng.randint(1, 3)]
-            else:
-                data[at:at] = rng.choice(PIECES)
-        return bytes(data)
-    return b"".join(rng.choice(PIECES) for _ in range(rng.randint(3, 16)))
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_the_reader_agrees_with_h11_or_refuses_by_a_named_rule(seed: int) -> None:
     rng = random.Random(seed)
     accepted = 0
     for _ in range(2000):
-        data = case(rng)
+        data = http_case(rng, BASE, PIECES, mutated=0.6, longest=16)
         mine, reference = ours(data, rng), theirs(data)
         if isinstance(reference, Exception):
             assert isinstance(mine, Exception), (data, mine)

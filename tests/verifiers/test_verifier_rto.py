@@ -148,8 +148,11 @@ def test_never_failing_sli_recovers_at_the_first_sample_unless_an_outage_is_expe
 def test_slo_defaults_to_the_experiments(model: ModelServer) -> None:
     session = new_session(rto_s=0.001)
     record_fault(session, applied_at=time.time() - 1.0)
-    with pytest.raises(ActivityFailed, match=r"^rto 1\.0\d* s > slo 0\.001 s"):
+    with pytest.raises(ActivityFailed, match=r"^rto (\d+\.\d+) s > slo 0\.001 s") as caught:
         measure_recovery({"http": f"{model.url}/predict"}, stable_for_s=0, interval_s=0.05)
+    # the fault began a second ago: the first answer comes after that, however loaded
+    # the machine is (a loaded CI answered it 0.2 s later)
+    assert 1.0 <= float(str(caught.value).split()[1]) < 30
 
 
 def test_real_outage_window_is_measured(model: ModelServer) -> None:

@@ -113,13 +113,21 @@ class DenseProber:
         after the send of the last incorrect request since ``onset``, the prober's or
         one of ``also`` (another client's: only its failures count, never its answers)
         (AssertionError if the prober never saw the server fail, or none came back)."""
+        return self.bounds(onset, also)[1]
+
+    def bounds(self, onset: float, also: Iterable[Sample] = ()) -> tuple[float, float]:
+        """Where the server's recovery lies, as this prober (with ``also``'s failures)
+        knows it: after the send of the last incorrect request (the server was not
+        whole when that request reached it) and no later than :meth:`truth` (a correct
+        answer had come back). The prober's own resolution: its cadence and a request's
+        latency."""
         with self._lock:
             own = [s for s in self.samples if s.sent >= onset]
         assert any(not s.correct for s in own), "the prober never saw the server fail"
         last_bad = max(s.sent for s in [*own, *also] if not s.correct and s.sent >= onset)
         good = [s.done for s in own if s.correct and s.done > last_bad]
         assert good, "the prober never saw the server come back"
-        return min(good)
+        return last_bad, min(good)
 
     def close(self) -> None:
         self._stop.set()
@@ -144,16 +152,21 @@ def errors(result: dict[str, Any], truth: float) -> dict[str, float]:
 
 
 def assert_holds(result: dict[str, Any], truth: float, readings: Iterable[Any],
-                 prober: DenseProber) -> None:
-    """The truth lies in gameday's ``recovered_between`` (1 ms of rounding); if not,
-    print both clients' requests around it first (pytest cuts a long message)."""
+                 prober: DenseProber, since: float) -> None:
+    """The recovery as the prober knows it (after ``since``, the last failure's send, and
+    by ``truth``) can lie in gameday's ``recovered_between`` (1 ms of rounding): the two
+    intervals meet. Both hold the server's real instant; the prober's is one cadence
+    and a latency wide, so gameday's upper bound may come a few milliseconds before the
+    prober's first good answer (its request went out sooner) but never before its last
+    failure, and its lower bound never after the prober's recovery. If not, print both
+    clients' requests around it first (pytest cuts a long message)."""
     low, high = result["recovered_between"]
-    if low - 1e-3 <= truth <= high + 1e-3:
+    if low - 1e-3 <= truth and since <= high + 1e-3:
         return
     print("gameday's requests (sent, ok, done, from the truth):",
           [(round(r.t - truth, 3), r.ok, round(r.done_at - truth, 3), r.error)
            for r in readings if low - 1.5 <= r.t <= high + 1.5])
     print("the prober's:", [(round(p.sent - truth, 3), p.correct, round(p.done - truth, 3))
                             for p in prober.samples if low - 1.5 <= p.sent <= high + 1.5])
-    raise AssertionError(f"the truth {truth:.3f} is outside [{low:.3f}, {high:.3f}]: "
-                         f"{errors(result, truth)}")
+    raise AssertionError(f"the truth [{since:.3f}, {truth:.3f}] is outside "
+                         f"[{low:.3f}, {high:.3f}]: {errors(result, truth)}")

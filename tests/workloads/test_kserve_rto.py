@@ -123,7 +123,7 @@ def measure(served: Served, kind: str, inject: Callable[[], None]) -> dict[str, 
         record_fault(session, kind=kind)
         result = measure_recovery(stable_for_s=1.0, expect_outage=True, timeout_s=60, detect={})
         time.sleep(0.3)  # the prober's answers to the last requests before it closes
-        truth = prober.truth(result["onset"])
+        since, truth = prober.bounds(result["onset"])
         readings = current().recorder.readings()  # type: ignore[union-attr]
     finally:
         prober.close()
@@ -134,7 +134,7 @@ def measure(served: Served, kind: str, inject: Callable[[], None]) -> dict[str, 
         f"{served.name} {kind}: {measured} rto {result['rto_s']:.3f} s "
         f"± {result['rto_resolution_s']}"
     )
-    assert_holds(result, truth, readings, prober)
+    assert_holds(result, truth, readings, prober, since)
     return measured
 
 

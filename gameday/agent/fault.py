@@ -2,11 +2,12 @@
 
 A fault is the record both ends share (:class:`gameday.wire.fault_record.FaultRecord`)
 and immutable: a change (applied, reverted, renewed) is a new :class:`Fault`
-(:meth:`Fault.as_applied`, :meth:`Fault.as_reverted`, :meth:`Fault.changed`).
+(:meth:`Fault.as_applied`, :meth:`Fault.as_reverted`, :func:`dataclasses.replace`).
 Its JSON is :meth:`Fault.to_json`, encoded by whoever writes it (the state file, the
 answers) with the :mod:`json` encoder.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -32,7 +33,7 @@ class Fault(FaultRecord):
 
     The fields are never changed in place (the backend's request cached on the fault
     relies on it): copy with :meth:`as_applied`, :meth:`as_reverted` or
-    :meth:`changed`.
+    :func:`dataclasses.replace`.
     """
 
     revert_reason: RevertReason | None = None
@@ -48,13 +49,14 @@ class Fault(FaultRecord):
         once applied, how far this one fault reached says so with a string
         ``details["injected_at"]``, which then replaces the kind's layer."""
         layer = details.get("injected_at")
-        return self.changed(applied_at=now, expires_at=now + self.lease_s, details=details,
-                            injected_at=layer if isinstance(layer, str) and layer
-                            else self.injected_at)
+        return dataclasses.replace(self, applied_at=now, expires_at=now + self.lease_s,
+                                   details=details,
+                                   injected_at=layer if isinstance(layer, str) and layer
+                                   else self.injected_at)
 
     def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
         """The fault once reverted at ``now`` for ``reason``."""
-        return self.changed(reverted_at=now, revert_reason=reason)
+        return dataclasses.replace(self, reverted_at=now, revert_reason=reason)
 
     def minimal(self, outcome: Outcome) -> dict[str, Any]:
         """What a minimal answer (``Prefer: return=minimal``) shows of the fault after

@@ -19,6 +19,7 @@ the backend applies it and one after, checks its conflicts with a dict lookup pe
 builds no log event per fault that the logger would not write.
 """
 
+import dataclasses
 import json
 import pathlib
 import threading
@@ -482,8 +483,8 @@ class FaultRegistry:
                     except PolicyRefused as exc:
                         results.append(exc)
                         continue
-                    entry.fault = entry.fault.changed(lease_s=new_lease,
-                                                      expires_at=now + new_lease)
+                    entry.fault = dataclasses.replace(
+                        entry.fault, lease_s=new_lease, expires_at=now + new_lease)
                     results.append(entry.fault)
                 else:
                     entry.state = "reverting"
@@ -519,8 +520,8 @@ class FaultRegistry:
                     new_lease = entry.fault.lease_s if lease_s is None else lease_s
                     self.limits.check(entry.fault.kind, new_lease)
                     self.limits.check_renewal(entry.fault, now + new_lease)
-                    entry.fault = entry.fault.changed(lease_s=new_lease,
-                                                      expires_at=now + new_lease)
+                    entry.fault = dataclasses.replace(
+                        entry.fault, lease_s=new_lease, expires_at=now + new_lease)
                     self._save(strict=False)
                     renewed = entry.fault
                     self._log.info("fault.renewed", fault_id=renewed.id, kind=renewed.kind,

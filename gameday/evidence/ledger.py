@@ -28,7 +28,7 @@ import socket
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -302,8 +302,8 @@ class Ledger:
                 entry = self._entries.get(fault_id)
                 if entry is None or not entry.active:
                     continue
-                self._entries[fault_id] = entry.changed(reverted_at=reverted_at,
-                                                    revert_reason=reason)
+                self._entries[fault_id] = replace(entry, reverted_at=reverted_at,
+                                                  revert_reason=reason)
                 by_reason.setdefault(reason, []).append({"id": fault_id,
                                                          "reverted_at": reverted_at})
             self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1
@@ -318,7 +318,7 @@ class Ledger:
                 entry = self._entries.get(fault_id)
                 if entry is None or not entry.active:
                     continue
-                self._entries[fault_id] = entry.changed(expires_at=expires_at)
+                self._entries[fault_id] = replace(entry, expires_at=expires_at)
                 events.append(("renewed", {"id": fault_id, "expires_at": expires_at}))
             if events:
                 self._append_many(events, sync=True)
@@ -328,7 +328,7 @@ class Ledger:
             entry = self._entries.get(fault_id)
             if entry is None or not entry.active:
                 return
-            self._entries[fault_id] = entry.changed(expires_at=expires_at)
+            self._entries[fault_id] = replace(entry, expires_at=expires_at)
             self._append("renewed", {"id": fault_id, "expires_at": expires_at})
 
     def record_reverted(self, fault_id: str, reverted_at: float, reason: str) -> None:
@@ -336,7 +336,8 @@ class Ledger:
             entry = self._entries.get(fault_id)
             if entry is None or not entry.active:
                 return
-            self._entries[fault_id] = entry.changed(reverted_at=reverted_at, revert_reason=reason)
+            self._entries[fault_id] = replace(entry, reverted_at=reverted_at,
+                                              revert_reason=reason)
             self._append("reverted", {"id": fault_id, "reverted_at": reverted_at,
                                       "reason": reason})
 

@@ -121,32 +121,3 @@ def test_the_ledger_keeps_the_newest_copy_of_an_entry() -> None:
     assert (entry.expires_at, entry.active) == (31.0, True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.expires_at = 61.0  # type: ignore[misc]
-
-
-@given(fields=records(st.sampled_from(REVERT_REASONS)), other=records(st.sampled_from(
-    REVERT_REASONS)), names=st.sets(st.sampled_from(list(FaultRecordJSON.__annotations__))))
-def test_a_changed_copy_is_what_dataclasses_replace_makes(
-        fields: dict[str, Any], other: dict[str, Any], names: set[str]) -> None:
-    """``changed`` is ``dataclasses.replace`` for every record type and any set of
-    fields: equal, of the same type, as frozen; the original as it was; what a fault had
-    cached (its backend request) is not carried to a copy whose kind or target moved."""
-    changes = {name: other[name] for name in names}
-    entry_fields = {**fields, "node": "node-0", "agent_url": "http://127.0.0.1:9"}
-    for record in (FaultRecord(**fields), Fault(**fields), FaultEntry(**entry_fields)):
-        before = dataclasses.replace(record)
-        if isinstance(record, Fault):
-            assert record.request.kind == record.kind  # cached on the record
-        copy = record.changed(**changes)
-        assert copy == dataclasses.replace(record, **changes) and type(copy) is type(record)
-        assert record == before
-        if isinstance(copy, Fault):
-            assert (copy.request.kind, copy.request.target) == (copy.kind, copy.target)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            copy.kind = "x"  # type: ignore[misc]
-
-
-def test_a_change_to_no_such_field_is_refused() -> None:
-    record = FaultRecord(id="f", kind="k", target={}, params={}, lease_s=1.0,
-                         injected_at="virtual", applied_at=1.0, expires_at=2.0)
-    with pytest.raises(TypeError, match="no field 'node'"):
-        record.changed(node="n")

@@ -20,12 +20,10 @@ from typing import Final
 
 import h11
 
+from gameday.wire.http1 import MAX_FIELDS, MAX_HEAD_BYTES
+
 __all__ = ["MAX_FIELDS", "MAX_HEAD_BYTES", "FramingError", "RequestHead", "RequestReader"]
 
-#: The longest request head (request line and fields) read, in bytes.
-MAX_HEAD_BYTES: Final = 65536
-#: The most header fields a request may carry.
-MAX_FIELDS: Final = 100
 #: Fields a request may carry once only (besides the framing ones h11 checks).
 _SINGLE: Final = frozenset({b"authorization", b"host"})
 _RECV_BYTES: Final = 65536

@@ -111,6 +111,9 @@ class AgentClient:
             raise AgentError(f"agent url {url!r} must look like http://host:port")
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise AgentError(f"agent url {url!r} has no valid port") from None
+        try:  # what every request will carry, checked once
             request_bytes("GET", "/", parts.netloc, {"Authorization": f"Bearer {token}"}, None)
         except ValueError:
             raise AgentError(f"agent url {url!r} or its token holds a character a request "
@@ -121,9 +124,7 @@ class AgentClient:
         self._host, self._port = parts.hostname, port
         self._prefix = parts.path.rstrip("/")
         self._token = token
-        self._tls = tls if parts.scheme == "https" else None
-        if parts.scheme == "https" and self._tls is None:
-            self._tls = ssl.create_default_context()
+        self._tls = tls
         self._server_name = server_name or parts.hostname
         self._lock = threading.Lock()
         self._conn: Connection | None = None
@@ -363,8 +364,11 @@ class AgentClient:
         certificate checked for the server name (an agent reached by pod IP presents
         its Service name)."""
         if self._conn is None:
+            tls = None
+            if self._parts.scheme == "https":  # (the system's CAs, made when first needed)
+                tls = self._tls or ssl.create_default_context()
             self._conn = Connection(self._host or "", self._port, timeout_s=self.timeout_s,
-                                    tls=self._tls, server_name=self._server_name,
+                                    tls=tls, server_name=self._server_name,
                                     max_body=MAX_ANSWER_BYTES)
         return self._conn
 
@@ -496,7 +500,7 @@ class Exchange(Generic[T]):
         retry = self._reused  # a kept-alive connection the agent had closed: once, anew
         while True:
             try:
-                answer = client._connection().read_answer()  # closes what it must
+                answer = client._connection().read_answer(self.deadline)  # closes as it must
             except _STALE_CONNECTION as exc:
                 client._drop()
                 if not retry:

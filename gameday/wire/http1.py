@@ -21,27 +21,33 @@ What it accepts of an answer, and refuses with :class:`MalformedAnswer` otherwis
   ``Transfer-Encoding: chunked`` alone (with a length too, or another coding: refused),
   or by the end of the connection; none for 1xx, 204 and 304 answers; at most
   ``max_body`` bytes either way;
-- informational (1xx) answers are skipped.
+- informational (1xx) answers are skipped, at most :data:`MAX_INFORMATIONAL` of them;
+- the whole answer within the caller's deadline (:meth:`Connection.read_answer`), not
+  only each read within the timeout: a server that trickles bytes is cut off.
 
 A connection closed before any byte of an answer raises :class:`ConnectionResetError`
 (a kept-alive connection the server had closed: the caller may send again on a new
-one); the socket's timeout raises :class:`TimeoutError`.
+one); the timeout, or the deadline, raises :class:`TimeoutError`. The head's bounds are
+the agent's too (``gameday.agent.framing`` reads requests within them).
 """
 
 import re
 import socket
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["MAX_FIELDS", "MAX_HEAD_BYTES", "Answer", "Connection", "MalformedAnswer",
-           "request_bytes"]
+__all__ = ["MAX_FIELDS", "MAX_HEAD_BYTES", "MAX_INFORMATIONAL", "Answer", "Connection",
+           "MalformedAnswer", "request_bytes"]
 
-#: The longest answer head (status line and fields) read, in bytes.
+#: The longest head (start line and fields) either end reads, in bytes.
 MAX_HEAD_BYTES: Final = 65536
-#: The most field lines an answer head (or a chunked body's trailer) may carry.
+#: The most field lines a head (or a chunked body's trailer) may carry.
 MAX_FIELDS: Final = 100
+#: The most informational (1xx) answers skipped before the answer.
+MAX_INFORMATIONAL: Final = 8
 _RECV_BYTES: Final = 65536
 _STATUS: Final = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: [\t\x20-\x7e\x80-\xff]*)?")
 _TOKEN: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -101,6 +107,7 @@ class Connection:
         self._server_name = server_name or host
         self._sock: socket.socket | None = None
         self._buffer = bytearray()
+        self._deadline: float | None = None  # time.monotonic() of the answer's deadline
 
     @property
     def sock(self) -> socket.socket | None:
@@ -119,15 +126,20 @@ class Connection:
         """Write one request whole (connecting first if the connection is closed)."""
         if self._sock is None:
             self._sock = self._connect()
+        self._sock.settimeout(self.timeout_s)  # (a read before may have shortened it)
         self._sock.sendall(data)
 
-    def read_answer(self) -> Answer:
-        """Read the answer to the request sent (skipping informational ones); the
-        connection is closed when the answer says so or ends with it."""
-        while True:
+    def read_answer(self, deadline: float | None = None) -> Answer:
+        """Read the answer to the request sent (skipping informational ones), whole by
+        ``deadline`` (``time.monotonic()``; each read waits at most the timeout in any
+        case); the connection is closed when the answer says so or ends with it."""
+        self._deadline = deadline
+        for _ in range(MAX_INFORMATIONAL + 1):
             status, version, fields = self._head()
             if not 100 <= status < 200:
                 break
+        else:
+            raise MalformedAnswer(f"more than {MAX_INFORMATIONAL} informational answers")
         keep_alive = _keep_alive(version, fields.get(b"connection", b""))
         coding, lengths = fields.get(b"transfer-encoding"), fields.get(b"content-length")
         if status in _NO_BODY:
@@ -172,6 +184,11 @@ class Connection:
         """Receive what is there (waiting at most the timeout); False once closed."""
         if self._sock is None:
             return False
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the answer did not come whole by its deadline")
+            self._sock.settimeout(min(self.timeout_s, left))
         data = self._sock.recv(_RECV_BYTES)
         self._buffer += data
         return bool(data)

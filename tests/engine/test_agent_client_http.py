@@ -6,6 +6,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -148,3 +149,46 @@ def test_a_cancelled_exchange_raises_its_reason_and_frees_the_client(
 
 def _plain(answer: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return answer()
+
+
+@pytest.mark.parametrize("every_s", [0.02, 0.1, 0.3])
+def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_clients_timeout(
+        every_s: float) -> None:
+    """A real server that answers one byte every ``every_s`` (each read under the
+    timeout, the whole answer never done): the client gives up at its timeout for the
+    whole answer, not per read, and says so without a status."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}"
+
+    def serve(listener: socket.socket, stop: threading.Event) -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.recv(65536)
+                for byte in answer * 20:
+                    if stop.wait(every_s):
+                        break
+                    conn.sendall(bytes([byte]))
+
+    with serving(serve) as url:
+        client = AgentClient(url, "token", timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(AgentError, match=r"no answer within 0\.5s") as caught:
+            client.health()
+        assert caught.value.status is None
+        assert time.monotonic() - started < 0.5 + every_s + 0.4
+        client.close()
+
+
+def test_endless_informational_answers_are_refused(raw_server: tuple[str, list[bytes]]
+                                                   ) -> None:
+    url, answers = raw_server
+    answers.append(b"HTTP/1.1 100 Continue\r\n\r\n" * 50
+                   + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    with AgentClient(url, "token", timeout_s=2) as client, \
+            pytest.raises(AgentError, match=r"malformed answer.*informational") as caught:
+        client.health()
+    assert caught.value.status is None

@@ -1,13 +1,18 @@
 """The ledger's batch writes: a fan-out writes each landed batch at once (no fsync),
 then makes them durable with one fsync; nothing is written twice, and a write that
-failed is written by the next call. Real files, real fsync."""
+failed is written by the next call; the file held open between writes, beside another
+writer, closed and reopened at random (a property). Real files, real fsync."""
 
+import gc
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gameday.evidence import ledger as ledgers
 from gameday.evidence.ledger import FaultEntry, Ledger, fault_events, read_ledger
@@ -107,3 +112,53 @@ def test_a_batch_is_one_line_and_reads_back_as_its_faults_written_one_by_one(
     assert [(f["id"], f["reverted_at"], f["reason"]) for f in read_ledger(batched)
             if f["reverted_at"]] == [("f-0", 9.0, "requested"), ("f-4", 9.5, "requested"),
                                      ("f-6", 9.0, "cleanup")]
+
+
+def held_open(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path`` (the kernel's view)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            continue
+    return count
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.sampled_from(["batch", "unsynced", "other", "close", "revert"]),
+                      max_size=25))
+def test_the_held_open_file_keeps_every_line_whole_beside_another_writer(
+        steps: list[str]) -> None:
+    """A ledger holds its file open between writes; another writer (cleanup appending to
+    the same file) interleaves lines; the ledger is closed and written again at random.
+    Every line is whole and each writer's lines are in its own order; after close, and
+    once the ledger is collected, no descriptor is left open on the file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ledger.jsonl"
+        ledger = Ledger(path, "run-h")
+        mine: list[str] = []
+        theirs: list[int] = []
+        for n, step in enumerate(steps):
+            if step in ("batch", "unsynced"):
+                ledger.record_applied_many([entry(n), entry(n + 1000)], sync=step == "batch")
+                mine += [f"f-{n}", f"f-{n + 1000}"]
+            elif step == "revert" and ledger.active():
+                first = ledger.active()[0]
+                ledger.record_reverted_many([(first.id, 5.0, "requested")])
+                mine.append(first.id)
+            elif step == "other":
+                ledgers.append_event(path, "resolved", "run-cleanup", {"request_id": f"q-{n}"})
+                theirs.append(n)
+            elif step == "close":
+                ledger.close()
+                assert held_open(path) == 0
+        lines = ([json.loads(line) for line in path.read_text().splitlines()]
+                 if path.exists() else [])
+        assert [e["id"] for line in lines if line["run"] == "run-h"
+                for e in fault_events(line)] == mine
+        assert [int(line["request_id"][2:]) for line in lines
+                if line["run"] == "run-cleanup"] == theirs
+        del ledger
+        gc.collect()
+        assert held_open(path) == 0

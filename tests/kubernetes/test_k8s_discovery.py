@@ -6,18 +6,22 @@ processes (``gameday agent serve --backend virtual``) on loopback, their HTTP AP
 inventories; the kubeconfig loader of the real client.
 """
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gameday.errors import InvalidInput, TargetUnavailable
 from gameday.kube.config import api_client, settings_from
 from gameday.targets.kubernetes.target import KubernetesTarget, kubernetes_target
 from gameday.targets.open import open_target
 from gameday.testing.kube import KubeStandin, running_standin
+from gameday.wire.agent_client import AgentClient
 from tests.kubernetes.k8s_cluster import (
     AGENT_TOKEN,
     NAMESPACE,
@@ -159,3 +163,29 @@ def test_a_wrong_token_or_no_agents_is_one_line(tmp_path: Path) -> None:
             kubernetes_target(api_configuration(api))
         with pytest.raises(TargetUnavailable, match="401"):
             kubernetes_target(api_configuration(api, k8s_api_token="wrong"))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2 ** 16))
+def test_gpus_are_listed_and_picked_in_node_index_order_whatever_order_agents_answer(
+        cluster: Any, seed: int) -> None:
+    """The agents' inventories answer their GPUs in a random order (a real host lists
+    them as NVML enumerates them): discovery still lists the fleet in (node, index)
+    order, and a seeded percentage picks the same GPUs as from in-order answers."""
+    api, _ = cluster
+    in_order = kubernetes_target(api_configuration(api))
+    real = AgentClient.inventory
+
+    def shuffled(client: AgentClient) -> dict[str, Any]:
+        answer = real(client)
+        random.Random(seed).shuffle(answer["gpus"])
+        return answer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AgentClient, "inventory", shuffled)
+        target = kubernetes_target(api_configuration(api))
+    listed = [(g.node, g.index) for g in target.gpus()]
+    assert listed == sorted(listed) == [(g.node, g.index) for g in in_order.gpus()]
+    for selector in ({"percent": 25, "seed": seed}, {"node_labels": {"pool": "train"}}):
+        assert ([g.label() for g in target.resolve_gpus(selector)]
+                == [g.label() for g in in_order.resolve_gpus(selector)])

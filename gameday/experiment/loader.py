@@ -24,7 +24,6 @@ from gameday.bounded import MAX_YAML_BYTES, BoundedLoader, TooLarge, read_limite
 from gameday.errors import InputErrors, InvalidInput, checked, first_line
 from gameday.experiment.extension import Extension, parse_extension
 from gameday.experiment.keys import did_you_mean, unknown_key, unknown_keys
-from gameday.experiment.process_selector import check_process_selector
 from gameday.experiment.variables import annotated_types, configuration_values, type_arguments
 from gameday.kinds import KindParams, KindSpec, by_activity
 
@@ -367,6 +366,8 @@ def _process_selector_errors(document: Mapping[str, Any],
         selector = (provider.get("arguments") or {}).get("process")
         if selector is None:
             continue  # (a missing argument is the provider check's to report)
+        from gameday.experiment.process_selector import check_process_selector
+
         try:
             check_process_selector(substitute(selector, known, {}))
         except InvalidInput as exc:

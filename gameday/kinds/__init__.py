@@ -10,7 +10,8 @@ read a kind from here and nothing else parses its parameters. It imports only
 - :mod:`gameday.kinds.spec`: :class:`KindSpec` (one kind) and :class:`KindParams`;
 - one module per family: ``gpu``, ``net``, ``storage``, ``process``, ``node``,
   ``service``, ``k8s``;
-- :mod:`gameday.kinds.catalogue`: every kind by name, :func:`parse`, :func:`register`.
+- :mod:`gameday.kinds.catalogue`: every kind by name, :func:`parse`, :func:`register`;
+  a family's module is imported when one of its kinds is first looked up.
 """
 
 from gameday.kinds.catalogue import CATALOGUE, by_activity, lookup, parse, register

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from chaoslib import substitute
-from chaoslib.configuration import load_configuration
 from chaoslib.exceptions import ActivityFailed
 
 from gameday import paths
@@ -34,11 +33,10 @@ from gameday.kinds import KindParams, KindSpec, by_activity
 from gameday.safety.halt import halted_lines
 from gameday.safety.locks import Holder, live_holders, target_key
 from gameday.safety.targetconfig import TargetConfig
-from gameday.targets.base import GpuRef, Target, run_configuration
+from gameday.targets.base import GpuRef, Target, loaded_configuration
 from gameday.targets.open import open_target
 
-__all__ = ["CANNOT_PREVIEW", "FaultPlan", "Hit", "Plan", "PreviewSession",
-           "loaded_configuration", "plan", "render"]
+__all__ = ["CANNOT_PREVIEW", "FaultPlan", "Hit", "Plan", "PreviewSession", "plan", "render"]
 
 #: What a plan says of an agent that answers 404 to ``POST /v1/faults:check``.
 CANNOT_PREVIEW = "this agent cannot preview (older than the check endpoint)"
@@ -242,17 +240,6 @@ def plan(loaded: LoadedExperiment, *, kind: str, variables: Mapping[str, str],
         _check_with_agents(target, result)
         _judge(loaded, session, result, locks_dir or paths.ledger_path().parent / "locks")
     return result
-
-
-def loaded_configuration(experiment: Mapping[str, Any], target: Target | None,
-                         variables: Mapping[str, str]) -> dict[str, Any]:
-    """The run's configuration as the toolkit loads it (``env`` entries read), what a
-    ``${name}`` in an argument is substituted by."""
-    raw = run_configuration(experiment, target, variables)
-    try:
-        return dict(load_configuration(raw))
-    except Exception:  # an env-typed value without its variable: plan with what there is
-        return {k: v for k, v in raw.items() if not isinstance(v, Mapping)}
 
 
 def _plan_fault(loaded: LoadedExperiment, position: int, activity: Mapping[str, Any],

@@ -33,7 +33,6 @@ from gameday import paths
 from gameday.engine import session as sessions
 from gameday.engine import stops
 from gameday.engine.judge import Verdict, judge
-from gameday.engine.plan import loaded_configuration
 from gameday.engine.progress import ProgressPrinter
 from gameday.engine.selfguard import refuse_self_signal
 from gameday.errors import InvalidInput, TargetUnavailable
@@ -46,7 +45,13 @@ from gameday.safety import signals, targetconfig
 from gameday.safety.halt import refuse_if_halted
 from gameday.safety.locks import target_key
 from gameday.safety.stop_conditions import StopOnSpec
-from gameday.targets.base import GpuRef, Target, run_configuration, target_settings
+from gameday.targets.base import (
+    GpuRef,
+    Target,
+    loaded_configuration,
+    run_configuration,
+    target_settings,
+)
 from gameday.targets.open import open_target
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ host is resolved here too, whole (``pid``, ``name``, ``cmdline`` and the ``env``
 (:class:`gameday.errors.ProtectedTarget`, exit 2) when it matches a process gameday
 never signals (:func:`gameday.node.processes.protected_processes`: this run, its
 ancestors, agents, fault filesystems, the lab supervisor, PID 1). The agent checks again
-before it signals, on any host.
+before it signals, on any host. The host's process reading (and its regular expressions'
+engine) is imported for such a fault only.
 """
 
 import socket
@@ -16,8 +17,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gameday.errors import FaultRejected
-from gameday.node.host.process import resolve_host_process
-from gameday.node.processes import refuse_protected
 from gameday.targets.base import Target
 
 __all__ = ["refuse_self_signal"]
@@ -43,6 +42,9 @@ def refuse_self_signal(kind: str, arguments: Mapping[str, Any], target: Target,
                      if key in ("pid", "name", "cmdline", "env", "parent", "cgroup")}
     if "pod" in selector or not host_selector:
         return  # a container's cgroup, a lab shard or role: the agent's own check
+    from gameday.node.host.process import resolve_host_process
+    from gameday.node.processes import refuse_protected
+
     try:
         pids = resolve_host_process(host_selector, {})
     except (FaultRejected, TypeError, ValueError):

@@ -4,6 +4,10 @@ Chaos Toolkit calls activities as plain functions, so the session is process-glo
 the runner (or the ``gameday.controls`` module under ``chaos run``) opens one, fault
 actions inject through it, verifiers read the fault onset and record their results in
 it, and closing it reverts everything still in the ledger.
+
+What only a run with faults needs (the injector with its fan-out and agent client, the
+lease renewer, the Alertmanager silence) is imported when the run first uses it: a run
+of plain probes and actions imports none of it.
 """
 
 import threading
@@ -11,25 +15,27 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from gameday.clock import SYSTEM_CLOCK, Clock
 from gameday.engine import stops
 from gameday.engine.blast_radius import BlastRadius
-from gameday.engine.fault_requests import FanoutOptions, InjectRequest
-from gameday.engine.injector import FaultInjector
-from gameday.engine.leases import FaultRoute, LeaseRenewer
-from gameday.engine.recorder import Recorder
-from gameday.engine.verifier_result import VerifierResult
 from gameday.errors import TargetUnavailable
 from gameday.evidence.ledger import FaultEntry, Ledger
 from gameday.experiment.extension import Extension
-from gameday.safety.alertmanager import SilenceHold
 from gameday.safety.locks import TargetLocks
 from gameday.safety.targetconfig import TargetConfig
 from gameday.targets.base import GpuRef, Target
+
+if TYPE_CHECKING:
+    from gameday.engine.fault_requests import FanoutOptions, InjectRequest
+    from gameday.engine.injector import FaultInjector
+    from gameday.engine.leases import FaultRoute, LeaseRenewer
+    from gameday.engine.recorder import Recorder
+    from gameday.engine.verifier_result import VerifierResult
+    from gameday.safety.alertmanager import SilenceHold
 
 log = structlog.get_logger("gameday.engine.session")
 
@@ -63,9 +69,6 @@ class Session:
         self._lock = threading.Lock()
         # how faults applied other than through an agent are renewed and reverted, by via
         self.routes: dict[str, FaultRoute] = {}
-        self.renewer = LeaseRenewer(self.ledger, target.agents if target else {}, clock=clock,
-                                    routes=self.routes)
-        self.renewer.on_halt = lambda line: self.stop(line, "halted")
         self.recorder: Recorder | None = None  # the run's SLI recorder (gameday.engine.recorder)
         self.target_config = target_config or TargetConfig()
         # one flock per faulted target, next to the ledger: $GAMEDAY_HOME/locks
@@ -77,10 +80,41 @@ class Session:
         self._doubts: list[str] = []  # why this run's outputs are no evidence (see doubt)
         self.blast_radius = BlastRadius(self.extension.blast_radius, self.target_config,
                                         self.ledger, lambda: len(self.require_target().gpus()))
-        self.injector = FaultInjector(
-            run_id=self.run_id, ledger=self.ledger, clock=clock, target=self.require_target,
-            radius=self.blast_radius, locks=self.locks, lease_s=self.extension.lease_s,
-            events=self.events, renewer=self.renewer, routes=self.routes)
+        self._fault_path: tuple[FaultInjector, LeaseRenewer] | None = None
+        self._fault_path_lock = threading.Lock()
+
+    # -- the fault path, made when first needed ----------------------------------------
+    def _faults(self) -> "tuple[FaultInjector, LeaseRenewer]":
+        """The run's injector and the lease renewer it starts, made together the first
+        time either is asked for."""
+        with self._fault_path_lock:
+            if self._fault_path is None:
+                from gameday.engine.injector import FaultInjector
+                from gameday.engine.leases import LeaseRenewer
+
+                target = self.target
+                renewer = LeaseRenewer(self.ledger, target.agents if target else {},
+                                       clock=self.clock, routes=self.routes)
+                renewer.on_halt = lambda line: self.stop(line, "halted")
+                injector = FaultInjector(
+                    run_id=self.run_id, ledger=self.ledger, clock=self.clock,
+                    target=self.require_target, radius=self.blast_radius, locks=self.locks,
+                    lease_s=self.extension.lease_s, events=self.events, renewer=renewer,
+                    routes=self.routes)
+                self._fault_path = (injector, renewer)
+            return self._fault_path
+
+    @property
+    def injector(self) -> "FaultInjector":
+        """What applies and reverts the run's faults and records them in the ledger
+        (:class:`gameday.engine.injector.FaultInjector`)."""
+        return self._faults()[0]
+
+    @property
+    def renewer(self) -> "LeaseRenewer":
+        """What renews the leases of the run's faults
+        (:class:`gameday.engine.leases.LeaseRenewer`)."""
+        return self._faults()[1]
 
     # -- target --------------------------------------------------------------------
     def require_target(self) -> Target:
@@ -91,8 +125,8 @@ class Session:
         return self.target
 
     # -- faults ----------------------------------------------------------------------
-    def inject(self, requests: Sequence[InjectRequest], *, action: str = "",
-               lease_s: float | None = None, options: FanoutOptions | None = None
+    def inject(self, requests: "Sequence[InjectRequest]", *, action: str = "",
+               lease_s: float | None = None, options: "FanoutOptions | None" = None
                ) -> list[FaultEntry]:
         """Apply the faults ``requests`` ask for through their nodes' agents, under a
         lease, all or nothing; one fault is a batch of one
@@ -105,7 +139,10 @@ class Session:
 
     def revert_all(self, reason: str = "rollback") -> list[str]:
         """Revert every fault still active in the ledger, and resolve the requests whose
-        answer was never read; return one line per failure."""
+        answer was never read; return one line per failure. Every fault, intent and route
+        of the run is recorded by its injector: without one, there is nothing to revert."""
+        if self._fault_path is None:
+            return []
         return self.injector.revert_all(reason, agents=self.target is not None)
 
     def fault_onset(self) -> float | None:
@@ -118,7 +155,7 @@ class Session:
                 if isinstance(e.target.get("gpu"), int)]
 
     # -- results and timeline --------------------------------------------------------
-    def record(self, result: VerifierResult) -> None:
+    def record(self, result: "VerifierResult") -> None:
         with self._lock:
             if not result.at:
                 result.at = self.clock.now()
@@ -167,6 +204,8 @@ class Session:
         spec = self.extension.silence
         if spec is None or self.silence is not None:
             return
+        from gameday.safety.alertmanager import SilenceHold
+
         hold = SilenceHold(spec, self.extension.lease_s, clock=self.clock,
                            on_created=self.ledger.record_silence,
                            on_expired=self.ledger.record_silence_expired)
@@ -188,7 +227,8 @@ class Session:
             self.recorder.stop()
         failures = self.revert_all(reason)
         self.end_silence(reason)
-        self.renewer.stop()
+        if self._fault_path is not None:
+            self.renewer.stop()
         self.locks.release_all()
         self.ledger.close()  # until a later line (the file stays whole)
         return failures

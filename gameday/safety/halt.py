@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from gameday import paths
 from gameday.errors import AgentError, GamedayError, InvalidInput
 from gameday.safety import targetconfig
-from gameday.safety.cleanup import known_agents
-from gameday.wire.agent_client import AgentClient, AgentHalted
+
+if TYPE_CHECKING:  # a run checks the lever of its target's agents: none without a target
+    from gameday.wire.agent_client import AgentClient
 
 __all__ = ["MAX_PARALLEL", "AgentLever", "FleetHalted", "each_agent", "halted_lines",
            "refuse_if_halted", "throw", "uses_kubernetes", "who"]
@@ -65,7 +66,9 @@ def _line(agent: str, state: Mapping[str, Any]) -> str:
             f"({state.get('source', 'api')}): {state.get('reason') or 'no reason given'}")
 
 
-def _one(agent: str, client: AgentClient, action: Action, reason: str) -> AgentLever:
+def _one(agent: str, client: "AgentClient", action: Action, reason: str) -> AgentLever:
+    from gameday.wire.agent_client import AgentHalted
+
     try:
         if action == "engage":
             state = client.halt(reason)
@@ -90,7 +93,7 @@ def _one(agent: str, client: AgentClient, action: Action, reason: str) -> AgentL
                       active=active if isinstance(active, int) else None)
 
 
-def each_agent(clients: Mapping[str, AgentClient], action: Action, reason: str = "", *,
+def each_agent(clients: Mapping[str, "AgentClient"], action: Action, reason: str = "", *,
                parallel: int = MAX_PARALLEL) -> list[AgentLever]:
     """``action`` on every agent of ``clients`` (name or URL -> client) at once; one
     result per agent, by name."""
@@ -104,13 +107,13 @@ def each_agent(clients: Mapping[str, AgentClient], action: Action, reason: str =
         return list(pool.map(call, items))
 
 
-def halted_lines(clients: Mapping[str, AgentClient]) -> list[str]:
+def halted_lines(clients: Mapping[str, "AgentClient"]) -> list[str]:
     """One line per agent of ``clients`` whose lever is engaged (agents that do not
     answer, or have no lever, are left to the run's own checks)."""
     return [lever.line for lever in each_agent(clients, "status") if lever.engaged]
 
 
-def refuse_if_halted(clients: Mapping[str, AgentClient]) -> None:
+def refuse_if_halted(clients: Mapping[str, "AgentClient"]) -> None:
     """:class:`FleetHalted` naming the lever when it is engaged on any of ``clients``."""
     halted = halted_lines(clients)
     if halted:
@@ -138,6 +141,8 @@ def throw(action: Action, reason: str, target_config: Path | None = None, *,
           kubernetes: bool = False) -> dict[str, Any]:
     """``action`` on every known agent (and the cluster's ConfigMap); the command's JSON
     document (``lines`` is its text). :class:`InvalidInput` when no agent is known."""
+    from gameday.safety.cleanup import known_agents
+
     config = targetconfig.from_environment(target_config)
     clients, problems = known_agents(paths.lab_dir(), config)
     if not clients and not kubernetes:
@@ -172,7 +177,7 @@ def throw(action: Action, reason: str, target_config: Path | None = None, *,
             "problems": problems, "lines": lines, "exit_code": 1 if bad else 0}
 
 
-def _cluster_agents() -> tuple[dict[str, AgentClient], str | None]:
+def _cluster_agents() -> "tuple[dict[str, AgentClient], str | None]":
     """The agents the cluster's API lists (as ``--target kubernetes`` finds them), asked
     directly so that they act at once; when none can be found, a note: they follow the
     ConfigMap on their next reconcile round anyway."""

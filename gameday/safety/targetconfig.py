@@ -24,12 +24,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import read_document
 from gameday.targets.agent_tls import AgentTLS, agent_tls_from
-from gameday.wire.agent_client import AgentClient
+
+if TYPE_CHECKING:
+    from gameday.wire.agent_client import AgentClient
 
 ENV = "GAMEDAY_TARGET_CONFIG"
 
@@ -58,7 +60,7 @@ class AgentEndpoint:
                                else "agent_tls_server_name": getattr(self, key)
                                for key in _TLS_KEYS})
 
-    def client(self) -> AgentClient:
+    def client(self) -> "AgentClient":
         """A client for this agent (token read now, TLS as :meth:`tls` says)."""
         return self.tls().client(self.url, self.token())
 

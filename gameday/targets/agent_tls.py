@@ -22,10 +22,12 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from gameday.wire.agent_client import AgentClient
 from gameday.wire.tls import client_context
+
+if TYPE_CHECKING:
+    from gameday.wire.agent_client import AgentClient
 
 __all__ = ["ENVIRONMENT", "AgentTLS", "add_arguments", "agent_tls_from", "apply_arguments"]
 
@@ -62,10 +64,13 @@ class AgentTLS:
                               Path(self.client_key) if self.client_key else None)
 
     def client(self, url: str, token: str, *, timeout_s: float = 5.0,
-               default_server_name: str = "") -> AgentClient:
+               default_server_name: str = "") -> "AgentClient":
         """An :class:`AgentClient` for ``url`` with this TLS, checking the agent's
         certificate for :attr:`server_name`, else ``default_server_name``, else the URL's
-        host."""
+        host. (The client's module is imported here: every command defines these
+        options, few reach an agent.)"""
+        from gameday.wire.agent_client import AgentClient
+
         return AgentClient(url, token, timeout_s, tls=self.context(),
                            server_name=self.server_name or default_server_name or None)
 

@@ -11,14 +11,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gameday.bounded import read_json
 from gameday.contract.gpus import gpu_label
 from gameday.errors import AgentError, InvalidInput, TargetUnavailable
 from gameday.httpclient import get_json
 from gameday.targets.agent_tls import agent_tls_from
-from gameday.wire.agent_client import AgentClient
+
+if TYPE_CHECKING:
+    from gameday.wire.agent_client import AgentClient
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Target:
     """A resolved target: its agents and the endpoints the verifiers read."""
 
     kind: str
-    agents: dict[str, AgentClient] = field(default_factory=dict)
+    agents: dict[str, "AgentClient"] = field(default_factory=dict)
     service_url: str | None = None
     prometheus_url: str | None = None
     placement_url: str | None = None
@@ -55,7 +57,7 @@ class Target:
                   "placement_url": self.placement_url}
         return {key: value for key, value in values.items() if value}
 
-    def agent(self, node: str) -> AgentClient:
+    def agent(self, node: str) -> "AgentClient":
         try:
             return self.agents[node]
         except KeyError:
@@ -128,6 +130,8 @@ def read_lab_document(lab_dir: Path) -> dict[str, Any]:
 
 def lab_target(lab_dir: Path) -> Target:
     """A target for the embedded lab, discovered through its ``lab.json``."""
+    from gameday.wire.agent_client import AgentClient  # a run without a target needs none
+
     document = read_lab_document(lab_dir)
     token = Path(document["token_file"]).read_text(encoding="utf-8").strip()
     agents = {node["name"]: AgentClient(node["agent_url"], token)
@@ -202,3 +206,16 @@ def run_configuration(experiment: Mapping[str, Any], target: Target | None,
         configuration.setdefault(key, value)
     configuration.update(variables)
     return configuration
+
+
+def loaded_configuration(experiment: Mapping[str, Any], target: Target | None,
+                         variables: Mapping[str, str]) -> dict[str, Any]:
+    """The run's configuration as the toolkit loads it (``env`` entries read), what a
+    ``${name}`` in an argument is substituted by."""
+    from chaoslib.configuration import load_configuration
+
+    raw = run_configuration(experiment, target, variables)
+    try:
+        return dict(load_configuration(raw))
+    except Exception:  # an env-typed value without its variable: plan with what there is
+        return {k: v for k, v in raw.items() if not isinstance(v, Mapping)}

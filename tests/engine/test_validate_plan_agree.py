@@ -19,13 +19,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gameday.engine.plan import Plan, PreviewSession, _plan_fault, loaded_configuration
+from gameday.engine.plan import Plan, PreviewSession, _plan_fault
 from gameday.engine.session import deactivate
 from gameday.errors import InvalidInput
 from gameday.experiment.loader import check_experiment, load_experiment
 from gameday.kinds import by_activity
 from gameday.safety.targetconfig import TargetConfig
-from gameday.targets.base import Target
+from gameday.targets.base import Target, loaded_configuration
 from gameday.wire.agent_client import AgentClient
 from tests.conftest import write_experiment
 

@@ -5,6 +5,8 @@ It is not a Kubernetes API server: where no cluster exists, it is a small HTTP s
 (stdlib ``ThreadingHTTPServer``) that speaks the parts of the core/v1 wire protocol
 gameday uses, driven by the REAL ``kubernetes`` Python client pointed at it:
 
+- lists a page at a time (``limit`` and ``continue``, in key order; the pages are not
+  one snapshot);
 - nodes: list (``labelSelector``, ``fieldSelector=metadata.name=``), read, patch
   (``application/merge-patch+json`` and ``application/strategic-merge-patch+json``;
   the fields gameday patches, annotations, ``spec.unschedulable`` and ``spec.taints``,
@@ -28,6 +30,7 @@ stand-in.
 """
 
 import base64
+import bisect
 import json
 import re
 import threading
@@ -287,16 +290,40 @@ def _make_handler(api: KubeStandin) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _list(kind: str, items: list[dict[str, Any]], rv: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": rv},
-            "items": items}
+def _list(kind: str, objects: list[dict[str, Any]], query: dict[str, str], rv: str
+          ) -> dict[str, Any]:
+    """A list answer of the ``objects`` the query's selectors match, in key order
+    (namespace, name), a page at a time when the query has a ``limit``: the rest is
+    asked for with ``continue`` (the token of the last page's metadata; a malformed one
+    answers ``400``, as the API server does). Unlike the API server's, the pages are not
+    one snapshot: an object added or removed between pages shows as of the page read."""
+    matched = sorted((o for o in objects if _matches(o, query)), key=_key)
+    meta: dict[str, Any] = {"resourceVersion": rv}
+    if token := query.get("continue"):
+        try:
+            start = tuple(json.loads(base64.urlsafe_b64decode(token))["start"])
+        except (ValueError, KeyError, TypeError):
+            start = ()
+        if len(start) != 2 or not all(isinstance(part, str) for part in start):
+            raise _Failure(400, "BadRequest", "continue key is not valid")
+        matched = matched[bisect.bisect_right(matched, start, key=_key):]
+    limit = query.get("limit", "")
+    if limit.isdigit() and 0 < int(limit) < len(matched):
+        meta["remainingItemCount"] = len(matched) - int(limit)
+        matched = matched[:int(limit)]
+        meta["continue"] = base64.urlsafe_b64encode(json.dumps(
+            {"rv": rv, "start": list(_key(matched[-1]))}).encode()).decode()
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta,
+            "items": [json.loads(json.dumps(o)) for o in matched]}
 
 
-def _select(objects: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
-    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
-    return [json.loads(json.dumps(o)) for o in objects
-            if _matches_labels(o["metadata"].get("labels") or {}, labels)
-            and _matches_fields(o, fields)]
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["metadata"].get("namespace") or "", obj["metadata"]["name"]
+
+
+def _matches(obj: dict[str, Any], query: dict[str, str]) -> bool:
+    return (_matches_labels(obj["metadata"].get("labels") or {}, query.get("labelSelector", ""))
+            and _matches_fields(obj, query.get("fieldSelector", "")))
 
 
 def _route(api: KubeStandin, method: str, path: str, query: dict[str, str], body: Any,
@@ -304,12 +331,12 @@ def _route(api: KubeStandin, method: str, path: str, query: dict[str, str], body
     with api.lock:
         rv = str(api._rv)
         if method == "GET" and path == "/api/v1/nodes":
-            return 200, _list("NodeList", _select(list(api.nodes.values()), query), rv)
+            return 200, _list("NodeList", list(api.nodes.values()), query, rv)
         if method == "GET" and path == "/api/v1/pods":
-            return 200, _list("PodList", _select(list(api.pods.values()), query), rv)
+            return 200, _list("PodList", list(api.pods.values()), query, rv)
         if (m := _PODS_NS.match(path)) and method == "GET":
             pods = [p for (ns, _), p in api.pods.items() if ns == m.group(1)]
-            return 200, _list("PodList", _select(pods, query), rv)
+            return 200, _list("PodList", pods, query, rv)
         if m := _NODE.match(path):
             return _node(api, method, m.group(1), body, content_type)
         if m := _EVICT.match(path):

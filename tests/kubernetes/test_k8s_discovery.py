@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gameday.errors import InvalidInput, TargetUnavailable
+from gameday.kube import pages
 from gameday.kube.config import api_client, settings_from
 from gameday.targets.kubernetes.target import KubernetesTarget, kubernetes_target
 from gameday.targets.open import open_target
@@ -77,6 +78,25 @@ def test_agents_are_found_through_the_api_with_their_gpus(cluster: Any) -> None:
     # the token came from the Secret: the agents accepted it
     assert any(path == f"/api/v1/namespaces/{NAMESPACE}/secrets/gameday-agent-token"
                for _, path, _ in api.requests)
+
+
+def test_the_fleet_read_a_page_at_a_time_is_the_same_fleet(
+        cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agent pods, nodes and shard pods listed one object per page (``limit=1``, each
+    ``continue`` followed) make the same fleet as the default pages."""
+    api, _ = cluster
+    whole = kubernetes_target(api_configuration(api))
+    monkeypatch.setattr(pages, "PAGE_SIZE", 1)
+    before = len(api.requests)
+    paged = kubernetes_target(api_configuration(api))
+    lists = [path for _, path, _ in api.requests[before:]
+             if path in ("/api/v1/nodes", "/api/v1/pods", f"/api/v1/namespaces/{NAMESPACE}/pods")]
+    assert len(lists) >= 4 + 4 + 2  # agent pods, nodes, shard pods: a request per object
+    assert paged.fleet is not None and whole.fleet is not None
+    assert paged.fleet.gpus == whole.fleet.gpus and len(paged.fleet.gpus) == 12
+    assert any(g.shards for g in paged.fleet.gpus)
+    assert paged.fleet.node_labels == whole.fleet.node_labels
+    assert sorted(paged.agents) == sorted(whole.agents) == ["gpu-a", "gpu-b", "gpu-c"]
 
 
 def test_selectors(cluster: Any) -> None:

@@ -20,7 +20,7 @@ An agent that does not answer is left out of the fleet and named in
 import base64
 import binascii
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -28,6 +28,7 @@ from typing import Any
 
 from gameday.errors import AgentError, TargetUnavailable
 from gameday.kube.config import DEFAULT_AGENT_PORT, KubeSettings
+from gameday.kube.pages import paged
 from gameday.targets.agent_tls import AgentTLS
 from gameday.targets.base import GpuRef
 from gameday.wire.agent_client import AgentClient
@@ -146,30 +147,31 @@ def agent_pods(core: Any, settings: KubeSettings, *, scheme: str = "http") -> li
     ``scheme://POD_IP:PORT``."""
     from kubernetes.client.exceptions import ApiException
 
+    ready: list[AgentPod] = []
     try:
-        pods = core.list_namespaced_pod(settings.namespace,
-                                        label_selector=settings.agent_selector).items
+        for pod in paged(core.list_namespaced_pod, settings.namespace,
+                         label_selector=settings.agent_selector):
+            if not _ready(pod) or not pod.spec.node_name:
+                continue
+            ip = pod.status.pod_ip
+            host = f"[{ip}]" if ":" in ip else ip
+            ready.append(AgentPod(
+                pod=pod.metadata.name, namespace=pod.metadata.namespace or settings.namespace,
+                node=pod.spec.node_name, url=f"{scheme}://{host}:{_agent_port(pod, settings)}"))
     except ApiException as exc:
         raise TargetUnavailable(
             f"target kubernetes: cannot list agent pods in {settings.namespace} "
             f"({settings.agent_selector}): {exc.status} {exc.reason}") from None
     found: dict[str, AgentPod] = {}
-    for pod in sorted(pods, key=lambda p: p.metadata.name):
-        if not _ready(pod) or not pod.spec.node_name or pod.spec.node_name in found:
-            continue
-        ip = pod.status.pod_ip
-        host = f"[{ip}]" if ":" in ip else ip
-        found[pod.spec.node_name] = AgentPod(
-            pod=pod.metadata.name, namespace=pod.metadata.namespace or settings.namespace,
-            node=pod.spec.node_name, url=f"{scheme}://{host}:{_agent_port(pod, settings)}")
+    for agent in sorted(ready, key=attrgetter("pod")):
+        found.setdefault(agent.node, agent)
     return list(found.values())
 
 
 def shard_placement(core: Any) -> list[ShardPlacement]:
     """Shard pods (label ``gameday.dev/shard``) and the GPU each says it holds."""
-    pods = core.list_pod_for_all_namespaces(label_selector=SHARD_LABEL).items
     placed = []
-    for pod in pods:
+    for pod in paged(core.list_pod_for_all_namespaces, label_selector=SHARD_LABEL):
         labels = pod.metadata.labels or {}
         if not pod.spec.node_name or pod.status is None or pod.status.phase != "Running":
             continue
@@ -202,7 +204,7 @@ def discover(core: Any, settings: KubeSettings, token: str,
                                  server_name=name if context is not None else None)
                for node, pod in agents.items()}
     node_labels = {node.metadata.name: dict(node.metadata.labels or {})
-                   for node in core.list_node().items}
+                   for node in paged(core.list_node)}
     placement = shard_placement(core)
 
     def inventory(node: str) -> tuple[str, dict[str, Any] | str]:
@@ -211,25 +213,10 @@ def discover(core: Any, settings: KubeSettings, token: str,
         except AgentError as exc:
             return node, str(exc)
 
-    gpus: list[FleetGpu] = []
-    unreachable: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=DISCOVERY_CONCURRENCY,
                             thread_name_prefix="k8s-discovery") as pool:
-        answers = list(pool.map(inventory, sorted(n for n in agents if n in clients)))
-    for node, answer in answers:
-        if isinstance(answer, str):
-            unreachable[node] = answer
-            continue
-        for gpu in answer.get("gpus", []):
-            index, uuid = int(gpu["index"]), str(gpu.get("uuid", ""))
-            shards = tuple(sorted(
-                p.shard for p in placement if p.node == node
-                and ((p.gpu_uuid and p.gpu_uuid == uuid) or p.gpu_index == index)))
-            gpus.append(FleetGpu(node=node, index=index, uuid=uuid,
-                                 nvlink_domain=str(gpu.get("nvlink_domain") or node_labels.get(
-                                     node, {}).get(CLIQUE_LABEL) or node),
-                                 node_labels=node_labels.get(node, {}), shards=shards))
-    gpus.sort(key=attrgetter("node", "index"))  # the order selectors keep
+        answers = pool.map(inventory, sorted(n for n in agents if n in clients))
+        gpus, unreachable = _fleet_gpus(answers, node_labels, placement)
     if agents and len(unreachable) == len(agents):
         first = next(iter(unreachable.items()))
         raise TargetUnavailable(f"target kubernetes: no agent answered ({len(agents)} tried; "
@@ -238,3 +225,32 @@ def discover(core: Any, settings: KubeSettings, token: str,
                  clients={n: c for n, c in clients.items() if n not in unreachable},
                  node_labels=node_labels, gpus=gpus, placement=placement,
                  unreachable=unreachable)
+
+
+def _fleet_gpus(answers: Iterator[tuple[str, dict[str, Any] | str]],
+                node_labels: Mapping[str, Mapping[str, str]],
+                placement: list[ShardPlacement]
+                ) -> tuple[list[FleetGpu], dict[str, str]]:
+    """The fleet's GPUs in (node, index) order, and the agents that did not answer (why),
+    from the inventories as they come (each let go once read: a fleet's answers are
+    never all held at once)."""
+    gpus: list[FleetGpu] = []
+    unreachable: dict[str, str] = {}
+    placed: dict[str, list[ShardPlacement]] = {}  # by node
+    for shard in placement:
+        placed.setdefault(shard.node, []).append(shard)
+    for node, answer in answers:
+        if isinstance(answer, str):
+            unreachable[node] = answer
+            continue
+        for gpu in answer.get("gpus", []):
+            index, uuid = int(gpu["index"]), str(gpu.get("uuid", ""))
+            shards = tuple(sorted(
+                p.shard for p in placed.get(node, ())
+                if ((p.gpu_uuid and p.gpu_uuid == uuid) or p.gpu_index == index)))
+            gpus.append(FleetGpu(node=node, index=index, uuid=uuid,
+                                 nvlink_domain=str(gpu.get("nvlink_domain") or node_labels.get(
+                                     node, {}).get(CLIQUE_LABEL) or node),
+                                 node_labels=node_labels.get(node, {}), shards=shards))
+    gpus.sort(key=attrgetter("node", "index"))  # the order selectors keep
+    return gpus, unreachable

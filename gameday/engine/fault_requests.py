@@ -18,7 +18,7 @@ __all__ = ["FanoutFailed", "FanoutOptions", "FanoutReport", "InjectRequest", "No
            "TargetResult"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InjectRequest:
     """One fault to inject through an agent: on ``node``, ``kind`` at ``target``."""
 

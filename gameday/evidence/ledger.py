@@ -29,6 +29,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,7 +49,7 @@ class FaultEntryJSON(FaultRecordJSON):
     request_id: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class FaultEntry(FaultRecord):
     """One fault as the orchestrator knows it: the agent's record
     (:class:`~gameday.wire.fault_record.FaultRecord`) and what only the ledger knows:
@@ -129,14 +130,15 @@ def applied_events(entries: list[FaultEntry], extra: dict[str, Any]
             if all(e.applied_at == first.applied_at and e.expires_at == first.expires_at
                    for e in group):
                 shared, own = _SHARED + _TIMES, _OWN_BUT_TIMES
+            fields = attrgetter(*own)
             events.append(("applied", {
-                **{name: getattr(first, name) for name in shared}, **extra,
-                "faults": [{name: getattr(e, name) for name in own} for e in group]}))
+                **dict(zip(shared, attrgetter(*shared)(first), strict=True)), **extra,
+                "faults": [dict(zip(own, fields(e), strict=True)) for e in group]}))
         start = end
     return events
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Intent:
     """A fault request about to be sent: recorded before it leaves (write-ahead)."""
 
@@ -163,6 +165,7 @@ class Intent:
 
 #: The fields the intents of one ``intent`` event share when they are alike, stated once.
 _INTENT_SHARED: Final = ("kind", "node", "agent_url", "params", "lease_s", "action", "via")
+_intent_shared: Final = attrgetter(*_INTENT_SHARED)
 
 
 def new_request_ids(count: int) -> list[str]:
@@ -180,6 +183,10 @@ class Ledger:
         self.path = path
         self.run_id = run_id
         self._entries: dict[str, FaultEntry] = {}
+        #: reverts not yet folded into their entries, by fault id: ``(reverted_at,
+        #: reason)`` (a fleet's revert records one pair per fault, not a copy of its entry;
+        #: :meth:`entries` makes the copies, once)
+        self._ends: dict[str, tuple[float, str]] = {}
         self._intents: dict[str, Intent] = {}  # by request id, while without an outcome
         self._lock = threading.Lock()
         self._host = socket.gethostname()
@@ -227,19 +234,19 @@ class Ledger:
             return
         with self._lock:
             events: list[tuple[str, dict[str, Any]]] = []
+            last: tuple[Any, ...] | None = None
             for intent in intents:
                 self._intents[intent.request_id] = intent
                 own: dict[str, Any] = {"request_id": intent.request_id,
                                        "target": intent.target}
                 if intent.inverse:
                     own["inverse"] = intent.inverse
-                last = events[-1][1] if events else None
-                if last is not None and all(last[name] == getattr(intent, name)
-                                            for name in _INTENT_SHARED):
-                    last["requests"].append(own)
+                shared = _intent_shared(intent)
+                if shared == last:
+                    events[-1][1]["requests"].append(own)
                     continue
-                events.append(("intent", {**{name: getattr(intent, name)
-                                             for name in _INTENT_SHARED},
+                last = shared
+                events.append(("intent", {**dict(zip(_INTENT_SHARED, shared, strict=True)),
                                           "pid": os.getpid(), "host": self._host,
                                           "requests": [own]}))
             self._append_many(events, sync=True)
@@ -299,11 +306,9 @@ class Ledger:
         with self._lock:
             by_reason: dict[str, list[dict[str, Any]]] = {}
             for fault_id, reverted_at, reason in reverted:
-                entry = self._entries.get(fault_id)
-                if entry is None or not entry.active:
+                if not self._active(fault_id):
                     continue
-                self._entries[fault_id] = replace(entry, reverted_at=reverted_at,
-                                                  revert_reason=reason)
+                self._ends[fault_id] = (reverted_at, reason)
                 by_reason.setdefault(reason, []).append({"id": fault_id,
                                                          "reverted_at": reverted_at})
             self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1
@@ -315,29 +320,26 @@ class Ledger:
         with self._lock:
             events = []
             for fault_id, expires_at in renewed:
-                entry = self._entries.get(fault_id)
-                if entry is None or not entry.active:
+                if not self._active(fault_id):
                     continue
-                self._entries[fault_id] = replace(entry, expires_at=expires_at)
+                self._entries[fault_id] = replace(self._entries[fault_id],
+                                                  expires_at=expires_at)
                 events.append(("renewed", {"id": fault_id, "expires_at": expires_at}))
             if events:
                 self._append_many(events, sync=True)
 
     def record_renewed(self, fault_id: str, expires_at: float) -> None:
         with self._lock:
-            entry = self._entries.get(fault_id)
-            if entry is None or not entry.active:
+            if not self._active(fault_id):
                 return
-            self._entries[fault_id] = replace(entry, expires_at=expires_at)
+            self._entries[fault_id] = replace(self._entries[fault_id], expires_at=expires_at)
             self._append("renewed", {"id": fault_id, "expires_at": expires_at})
 
     def record_reverted(self, fault_id: str, reverted_at: float, reason: str) -> None:
         with self._lock:
-            entry = self._entries.get(fault_id)
-            if entry is None or not entry.active:
+            if not self._active(fault_id):
                 return
-            self._entries[fault_id] = replace(entry, reverted_at=reverted_at,
-                                              revert_reason=reason)
+            self._ends[fault_id] = (reverted_at, reason)
             self._append("reverted", {"id": fault_id, "reverted_at": reverted_at,
                                       "reason": reason})
 
@@ -351,13 +353,27 @@ class Ledger:
         self._append("silence-expired", {"silence_id": silence_id, "expired_at": expired_at,
                                          "reason": reason})
 
+    def _active(self, fault_id: str) -> bool:
+        """Under the lock: whether ``fault_id`` is recorded and not reverted."""
+        if fault_id in self._ends:
+            return False
+        entry = self._entries.get(fault_id)
+        return entry is not None and entry.active
+
     def entries(self) -> list[FaultEntry]:
+        """Every fault recorded, as of now (the newest copy of each)."""
         with self._lock:
+            for fault_id, (reverted_at, reason) in self._ends.items():
+                self._entries[fault_id] = replace(self._entries[fault_id],
+                                                  reverted_at=reverted_at, revert_reason=reason)
+            self._ends.clear()
             return list(self._entries.values())
 
     def active(self) -> list[FaultEntry]:
+        """The faults recorded and not reverted."""
         with self._lock:
-            return [entry for entry in self._entries.values() if entry.active]
+            return [entry for entry in self._entries.values()
+                    if entry.active and entry.id not in self._ends]
 
     def __iter__(self) -> Iterator[FaultEntry]:
         return iter(self.entries())

@@ -31,7 +31,7 @@ class FaultRecordJSON(TypedDict):
     details: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FaultRecord:
     """One applied fault: what (``kind``, ``params``), where (``target``), how far it
     reached (``injected_at``: the layer), its lease and its end.

@@ -8,6 +8,7 @@ fault so ``revert`` (and the runner, always) can undo it.
 from typing import Any
 
 from gameday import activity
+from gameday.bounded import no_cyclic_gc
 from gameday.kinds.gpu import (
     GPU_ECC,
     GPU_FALL_OFF_BUS,
@@ -129,9 +130,10 @@ def revert() -> dict[str, Any]:
 
 def _inject_on_gpus(kind: str, action: str, selector: dict[str, Any],
                     params: dict[str, Any], lease_s: float | None) -> dict[str, Any]:
-    with activity.failing():  # many GPUs (e.g. {percent: 10}): concurrently, all or nothing
+    with activity.failing(), no_cyclic_gc():  # many GPUs: concurrently, all or nothing
         entries = activity.inject_on_gpus(kind, selector, params=params, action=action,
                                           lease_s=lease_s)
-    return {"faults": [{"id": entry.id, "gpu": f"{entry.node}/gpu{entry.target['gpu']}",
-                        "injected_at": entry.injected_at, "applied_at": entry.applied_at,
-                        "expires_at": entry.expires_at} for entry in entries]}
+        # the answer too: a dict per GPU would set off the collector, to scan the fleet
+        return {"faults": [{"id": entry.id, "gpu": f"{entry.node}/gpu{entry.target['gpu']}",
+                            "injected_at": entry.injected_at, "applied_at": entry.applied_at,
+                            "expires_at": entry.expires_at} for entry in entries]}

@@ -140,3 +140,30 @@ def test_inject_on_gpus_applies_per_gpu_and_all_or_nothing(tmp_path: Path) -> No
         assert sum(len(n.active_faults()) for n in nodes) == 4
         assert session.revert_all() == []
         assert sum(len(n.active_faults()) for n in nodes) == 0
+
+
+def test_a_closed_run_is_let_go_without_the_cyclic_collector(tmp_path: Path) -> None:
+    """A run that injected and reverted through real agents, once closed and no longer
+    referenced, is freed by reference counting alone (its ledger view and timeline, a
+    fleet's are a million objects, do not wait for the cyclic collector, which a fault
+    action holds back); a weak reference to it is dead with the collector disabled."""
+    import gc
+    import weakref
+
+    with testing.agent(node="node-0", gpus=2) as node:
+        session = open_session([node], tmp_path)
+        entries = activity.inject_on_gpus("gpu.xid", {"node": "node-0"}, params={"xid": 13})
+        assert len(entries) == 2 and len(session.ledger.active()) == 2
+        assert activity.revert_all() == {"reverted": 2}
+        gone = weakref.ref(session)
+        ledger = weakref.ref(session.ledger)
+        sessions.deactivate()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            session.close()
+            del session, entries
+            assert gone() is None and ledger() is None
+        finally:
+            if enabled:
+                gc.enable()

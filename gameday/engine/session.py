@@ -10,6 +10,7 @@ lease renewer, the Alertmanager silence) is imported when the run first uses it:
 of plain probes and actions imports none of it.
 """
 
+import functools
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -79,7 +80,7 @@ class Session:
         self.refused: str | None = None  # why an agent refused a fault as invalid (exit 2)
         self._doubts: list[str] = []  # why this run's outputs are no evidence (see doubt)
         self.blast_radius = BlastRadius(self.extension.blast_radius, self.target_config,
-                                        self.ledger, lambda: len(self.require_target().gpus()))
+                                        self.ledger, functools.partial(_fleet_size, target))
         self._fault_path: tuple[FaultInjector, LeaseRenewer] | None = None
         self._fault_path_lock = threading.Lock()
 
@@ -118,11 +119,7 @@ class Session:
 
     # -- target --------------------------------------------------------------------
     def require_target(self) -> Target:
-        if self.target is None:
-            raise TargetUnavailable(
-                "this activity needs a target: run with `gameday run --target lab` or add the "
-                "gameday extension with a target")
-        return self.target
+        return _required(self.target)
 
     # -- faults ----------------------------------------------------------------------
     def inject(self, requests: "Sequence[InjectRequest]", *, action: str = "",
@@ -229,9 +226,27 @@ class Session:
         self.end_silence(reason)
         if self._fault_path is not None:
             self.renewer.stop()
+            # the injector and renewer call back into the session (a cycle): let them go,
+            # so a closed run's ledger view and timeline go with its last reference,
+            # without waiting for the cyclic collector (a fleet's are a million objects)
+            self._fault_path = None
         self.locks.release_all()
         self.ledger.close()  # until a later line (the file stays whole)
         return failures
+
+
+def _required(target: Target | None) -> Target:
+    if target is None:
+        raise TargetUnavailable(
+            "this activity needs a target: run with `gameday run --target lab` or add the "
+            "gameday extension with a target")
+    return target
+
+
+def _fleet_size(target: Target | None) -> int:
+    """How many GPUs ``target`` has (a function of the target, not of the session: what
+    the session holds must not hold it back, :meth:`Session.close`)."""
+    return len(_required(target).gpus())
 
 
 _current: Session | None = None

@@ -113,7 +113,14 @@ def _offset(key: str) -> int:
     gpu = _GPU_KEY.fullmatch(key)
     if gpu is None:
         return _hash(key, 62)
-    return _hash(gpu[1], 52) * _GPU_SLOTS + int(gpu[2])
+    return _gpu_range(gpu[1]) + int(gpu[2])
+
+
+@functools.lru_cache(maxsize=4096)
+def _gpu_range(node: str) -> int:
+    """The first byte of ``node``'s GPU range (cached: a fan-out locks a node's GPUs
+    together, and each would hash its node again)."""
+    return _hash(node, 52) * _GPU_SLOTS
 
 
 def _file_number(offset: int) -> int:

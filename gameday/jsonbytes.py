@@ -7,6 +7,13 @@ At 16,384 GPUs the standard library's C encoder was a tenth of the orchestrator'
 (the ledger's lines and the request bodies, ``bench/fleet.py --profile``); orjson encodes
 the same events about six times faster.
 
+:func:`loads` reads with orjson too (the agent client's answers: json's decoder was 2 %
+of a fleet fan-out; orjson reads an answer four times faster), and with the standard
+library's decoder what orjson refuses (NaN and the infinities, lone surrogates): it
+takes what :func:`json.loads` takes and gives the same value, but for an integer beyond
+64 bits (below -2**63 or from 2**64), which it reads as the nearest float, as JavaScript
+does (no agent answer holds one).
+
 The text is JSON without blanks, keys in the order given, non-ASCII characters as UTF-8
 (not ``\\u`` escapes), a non-string key as its string; it decodes, with :func:`json.loads`,
 to what ``json.dumps`` of the same value decodes to, except NaN and the infinities,
@@ -18,7 +25,7 @@ from typing import Final
 
 import orjson
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "loads"]
 
 _OPTIONS: Final = orjson.OPT_NON_STR_KEYS
 _FALLBACK: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
@@ -31,3 +38,13 @@ def dumps(value: object) -> bytes:
         return orjson.dumps(value, option=_OPTIONS)
     except orjson.JSONEncodeError:
         return _FALLBACK.encode(value).encode("utf-8")
+
+
+def loads(text: bytes | str) -> object:
+    """The value of JSON ``text``, as :func:`json.loads` reads it (which raises
+    :class:`ValueError` for what is not JSON)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+

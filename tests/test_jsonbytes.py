@@ -34,3 +34,40 @@ def test_what_orjson_does_not_take_goes_to_the_standard_encoder() -> None:
     assert jsonbytes.dumps({"name": "n\u00e9"}) == '{"name":"n\u00e9"}'.encode()
     with pytest.raises(TypeError):
         jsonbytes.dumps({"path": object()})
+
+
+texts = st.one_of(
+    values.map(json.dumps),
+    st.floats().map(lambda x: json.dumps({"x": x})),  # NaN, the infinities: not JSON
+    st.text(max_size=12).map(lambda t: json.dumps(t, ensure_ascii=False)),
+    st.sampled_from(['"\\ud800"', "[1,]", "01", "{\"a\":1,\"a\":2}", " [1] ", "nul",
+                     "1e400", "-0", "[" * 300 + "]" * 300, '"\\u00e9"', "", "\ufeff1"]),
+    st.text(max_size=10))
+
+
+@given(text=texts)
+def test_loads_takes_what_json_takes_and_reads_it_the_same(text: str) -> None:
+    """For JSON, not-quite JSON and not JSON at all, as text and as UTF-8 bytes:
+    :func:`jsonbytes.loads` gives what :func:`json.loads` gives (an integer beyond 64
+    bits as the nearest float), or raises :class:`ValueError` where it does."""
+    for given_ in (text, text.encode("utf-8", "surrogatepass")):
+        try:
+            expected = json.loads(given_)
+        except ValueError:
+            with pytest.raises(ValueError):
+                jsonbytes.loads(given_)
+            continue
+        got = jsonbytes.loads(given_)
+        # (NaN != NaN: compare the text; an integer beyond 64 bits is read as a float)
+        assert json.dumps(got) == json.dumps(beyond_64_bits_as_floats(expected))
+
+
+def beyond_64_bits_as_floats(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            -2 ** 63 <= value < 2 ** 64):
+        return float(value)
+    if isinstance(value, list):
+        return [beyond_64_bits_as_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: beyond_64_bits_as_floats(v) for k, v in value.items()}
+    return value

@@ -21,7 +21,6 @@ it sent needs, at a fraction of the bytes to encode, send and decode. An agent t
 ignores the preference answers whole faults, which hold those fields too.
 """
 
-import json
 import ssl
 import threading
 import time
@@ -338,7 +337,7 @@ class AgentClient:
     def _answer(self, where: str, path: str, status: int, raw: bytes) -> dict[str, Any]:
         """The JSON object of a 2xx answer; otherwise the agent's error, raised."""
         try:
-            answer = json.loads(raw) if raw else None
+            answer = jsonbytes.loads(raw) if raw else None
         except ValueError:
             raise AgentError(f"{where} -> {status}: answer is not JSON: {raw[:120]!r}",
                              status=status) from None

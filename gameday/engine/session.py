@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("gameday.engine.session")
 
 
-@dataclass
+@dataclass(slots=True)
 class TimelineEvent:
     t: float
     name: str

@@ -305,10 +305,14 @@ class Ledger:
         one fsync; a fault already recorded as reverted is not written again."""
         with self._lock:
             by_reason: dict[str, list[dict[str, Any]]] = {}
+            ends, entries = self._ends, self._entries
             for fault_id, reverted_at, reason in reverted:
-                if not self._active(fault_id):
+                if fault_id in ends:  # (a fan-out's batches recorded theirs as they landed)
                     continue
-                self._ends[fault_id] = (reverted_at, reason)
+                entry = entries.get(fault_id)
+                if entry is None or not entry.active:
+                    continue
+                ends[fault_id] = (reverted_at, reason)
                 by_reason.setdefault(reason, []).append({"id": fault_id,
                                                          "reverted_at": reverted_at})
             self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1

@@ -143,14 +143,17 @@ def _backoff(options: FanoutOptions) -> Callable[[int], float]:
 
 def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
             options: FanoutOptions | None = None,
-            sink: list[Outcome[J]] | None = None) -> list[Outcome[J]]:
+            sink: list[Outcome[J]] | None = None,
+            landed: Callable[[], None] | None = None) -> list[Outcome[J]]:
     """Run ``call(node, batch)`` for every node's jobs (in batches of at most 1,024, one
     after the other per node), with up to ``concurrency`` requests in flight, all on
     this thread; a job whose value is a transient failure is tried again (with the
     others of its batch that failed so) until ``attempts``. Outcomes come in the order
     of ``jobs``; each is also appended to ``sink`` as it comes, so a caller interrupted
     meanwhile (a signal, an activity timeout) still knows what was done: the answers
-    already in flight are read before the interruption leaves this function."""
+    already in flight are read before the interruption leaves this function. ``landed``
+    is called after each wake-up's answers are read, before another request is sent
+    (the injector writes their ledger lines then, in one write)."""
     options = options or FanoutOptions()
     by_node: dict[str, list[tuple[int, J]]] = defaultdict(list)
     for position, job in enumerate(jobs):
@@ -224,6 +227,8 @@ def fan_out(jobs: Sequence[J], node_of: Callable[[J], str], call: BatchCall[J],
             if batch.waiting is not None and batch.waiting.deadline <= now:
                 batch.waiting.cancel("no answer within the client's timeout")
                 land(batch)
+        if landed is not None:
+            landed()
 
     try:
         while queue or retries or flights:

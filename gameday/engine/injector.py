@@ -127,8 +127,8 @@ class FaultInjector:
                     return _one_failed(batch, exc.index, exc)
                 entries = [self.entry(request, client.url, fault, lease=lease, action=action)
                            for request, fault in zip(batch, faults, strict=True)]
-                if several:  # written now, while other agents work; fsync'd at the end
-                    self.ledger.record_applied_many(entries, sync=False)
+                if several:  # written once this wake-up's answers are read; fsync'd at the end
+                    self.ledger.record_applied_many(entries, sync=False, write=False)
                 return list(entries)
 
             return Then(client.start_inject_many([  # copied there
@@ -139,7 +139,8 @@ class FaultInjector:
 
         done: list[Outcome[InjectRequest]] = []
         try:
-            outcomes = fan_out(list(requests), lambda r: r.node, apply, options, sink=done)
+            outcomes = fan_out(list(requests), lambda r: r.node, apply, options, sink=done,
+                               landed=self.ledger.flush)
         finally:  # even when interrupted: what was applied is recorded (then rolled back)
             with signals.deferred():
                 self.record_applied([o.value for o in done if o.error is None])
@@ -273,7 +274,7 @@ class FaultInjector:
                 now = self.clock.now()
                 done = {fault_id: _reverted(fault, reason, now)
                         for fault_id, fault in result.done.items()}
-                self.ledger.record_reverted_many(list(done.values()), sync=False)
+                self.ledger.record_reverted_many(list(done.values()), sync=False, write=False)
                 return [done.get(entry.id) or result.failed.get(entry.id) or missing
                         for entry in batch]
 
@@ -284,7 +285,7 @@ class FaultInjector:
         finished: list[Outcome[FaultEntry]] = []
         try:
             fan_out([e for e in entries if e.via == "agent"], lambda e: e.node, revert,
-                    options, sink=finished)
+                    options, sink=finished, landed=self.ledger.flush)
         finally:
             with signals.deferred():
                 failures = self._record_reverts(finished)

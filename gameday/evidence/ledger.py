@@ -16,10 +16,13 @@ The faults of one agent's batch share one ``applied`` event (:func:`applied_even
 their common fields once, a ``faults`` list of their own), and reverts with one reason
 one ``reverted`` event; :func:`read_ledger` gives one record per fault either way.
 
-A fan-out records each agent's batch as its answer lands, without waiting for the
-disk (``sync=False``: the lines are in the file, so a killed orchestrator's cleanup
-finds them), then makes them all durable with one fsync when it ends; recording an
-entry the ledger already holds only does that fsync.
+A fan-out records each agent's batch as its answer lands, and writes the lines of all
+the answers one wake-up read in one write before it sends another request, without
+waiting for the disk (``write=False``, then :meth:`Ledger.flush`: the lines are in the
+file, so a killed orchestrator's cleanup finds them; killed before that write, cleanup
+resolves those requests' intents through their agents), then makes them all durable with
+one fsync when it ends; recording an entry the ledger already holds only does that
+fsync. :meth:`Ledger.close` writes (and syncs) whatever is still held back.
 """
 
 import json
@@ -191,7 +194,9 @@ class Ledger:
         self._lock = threading.Lock()
         self._host = socket.gethostname()
         self._unsynced = False  # lines written without fsync since the last one
-        self._unwritten: list[tuple[str, dict[str, Any]]] = []  # an unsynced write failed
+        #: lines not yet in the file: held until the next write (``write=False``), or
+        #: an unsynced write that failed
+        self._unwritten: list[tuple[str, dict[str, Any]]] = []
         #: the file, open for appending from the first write until :meth:`close` (a
         #: fan-out writes a line per agent batch: an open and a close each were 3 % of
         #: it at 16,384 GPUs); closed with the ledger if never closed
@@ -200,18 +205,33 @@ class Ledger:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
-        """Close the file until the next write (which opens it again)."""
+        """Write what is held back (and fsync what is not yet), then close the file until
+        the next write (which opens it again)."""
         with self._lock:
             if self._file is not None:
-                self._file.close()
+                try:
+                    self._append_many([], sync=True)
+                finally:
+                    self._file.close()
 
     def _append(self, event: str, payload: dict[str, Any]) -> None:
         self._append_many([(event, payload)], sync=True)
 
-    def _append_many(self, events: list[tuple[str, dict[str, Any]]], *, sync: bool) -> None:
+    def flush(self) -> None:
+        """Write the lines held back (``write=False``) in one write, without fsync; one
+        that fails is kept for the next write."""
+        with self._lock:
+            self._append_many([], sync=False)
+
+    def _append_many(self, events: list[tuple[str, dict[str, Any]]], *, sync: bool,
+                     write: bool = True) -> None:
         """Under the lock: write events (and what an earlier write could not), fsync'd
-        if ``sync``. A failed write is kept for the next call (and raised if ``sync``)."""
+        if ``sync``; held back until the next write if not ``write``. A failed write is
+        kept for the next call (and raised if ``sync``)."""
         if self._file is None:
+            return
+        if not write and not sync:
+            self._unwritten.extend(events)
             return
         pending, self._unwritten = self._unwritten + events, []
         if pending:
@@ -288,21 +308,24 @@ class Ledger:
             self._append("applied", {**entry.to_json(), "pid": os.getpid(),
                                      "host": socket.gethostname()})
 
-    def record_applied_many(self, entries: list[FaultEntry], *, sync: bool = True) -> None:
-        """Record many applied faults with one write and (``sync``) one fsync; entries
-        already recorded are not written again."""
+    def record_applied_many(self, entries: list[FaultEntry], *, sync: bool = True,
+                            write: bool = True) -> None:
+        """Record many applied faults with one write and (``sync``) one fsync, or (not
+        ``write``) held back until the next write or :meth:`flush`; entries already
+        recorded are not written again."""
         with self._lock:
             new = [e for e in entries if e.id not in self._entries]
             self._close_intents(new)
             for entry in new:
                 self._entries[entry.id] = entry
             extra = {"pid": os.getpid(), "host": self._host}
-            self._append_many(applied_events(new, extra), sync=sync)
+            self._append_many(applied_events(new, extra), sync=sync, write=write)
 
     def record_reverted_many(self, reverted: list[tuple[str, float, str]], *,
-                             sync: bool = True) -> None:
+                             sync: bool = True, write: bool = True) -> None:
         """Record many reverts ``(id, reverted_at, reason)`` with one write and (``sync``)
-        one fsync; a fault already recorded as reverted is not written again."""
+        one fsync, or (not ``write``) held back until the next write or :meth:`flush`; a
+        fault already recorded as reverted is not written again."""
         with self._lock:
             by_reason: dict[str, list[dict[str, Any]]] = {}
             ends, entries = self._ends, self._entries
@@ -317,7 +340,8 @@ class Ledger:
                                                          "reverted_at": reverted_at})
             self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1
                                 else {"reason": reason, "faults": faults})
-                               for reason, faults in by_reason.items()], sync=sync)
+                               for reason, faults in by_reason.items()], sync=sync,
+                              write=write)
 
     def record_renewed_many(self, renewed: list[tuple[str, float]]) -> None:
         """Record many renewals ``(id, expires_at)`` with one write and one fsync."""

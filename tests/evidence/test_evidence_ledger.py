@@ -166,32 +166,37 @@ def test_the_held_open_file_keeps_every_line_whole_beside_another_writer(
 
 @settings(max_examples=80, deadline=None)
 @given(steps=st.lists(st.tuples(
-    st.sampled_from(["apply", "revert_many", "revert_one", "renew_many", "renew_one",
-                     "entries", "active"]),
+    st.sampled_from(["apply", "apply_held", "revert_many", "revert_held", "revert_one",
+                     "renew_many", "renew_one", "entries", "active", "flush"]),
     st.lists(st.integers(0, 11), max_size=6), st.booleans()), max_size=30))
 def test_the_view_in_memory_is_the_file_s_whatever_the_order_of_changes(
         steps: list[tuple[str, list[int], bool]]) -> None:
-    """Applies, reverts (in batches, synced or not, or one by one), renewals and reads in
-    any order: :meth:`Ledger.entries` and :meth:`Ledger.active` always say what a plain
-    model of the rules says (a revert or renewal counts once, only while the fault is
-    active; reverts are folded into entries when asked for), and at the end what the
-    file reads back (:func:`read_ledger`) is the same view."""
+    """Applies, reverts (in batches, synced, written or held back until the next write or
+    flush, or one by one), renewals, flushes and reads in any order:
+    :meth:`Ledger.entries` and :meth:`Ledger.active` always say what a plain model of the
+    rules says (a revert or renewal counts once, only while the fault is active; reverts
+    are folded into entries when asked for); what is held back is not in the file until
+    a write or flush; after close, what the file reads back (:func:`read_ledger`) is the
+    same view."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ledger.jsonl"
         ledger = Ledger(path, "run-m")
         model: dict[str, dict[str, Any]] = {}  # id -> expires_at, reverted_at, reason
         for t, (step, numbers, sync) in enumerate(steps, start=1):
             ids = [f"f-{n}" for n in numbers]
-            if step == "apply":
+            if step in ("apply", "apply_held"):
                 new = [entry(n) for n in dict.fromkeys(numbers)]
-                ledger.record_applied_many(new, sync=sync)
+                ledger.record_applied_many(new, sync=sync and step == "apply",
+                                           write=step == "apply")
                 for e in new:
                     model.setdefault(e.id, {"expires_at": e.expires_at, "reverted_at": None,
                                             "revert_reason": None})
-            elif step in ("revert_many", "revert_one"):
+            elif step in ("revert_many", "revert_held", "revert_one"):
                 reason = f"why-{t}"
-                if step == "revert_many":
-                    ledger.record_reverted_many([(i, float(t), reason) for i in ids], sync=sync)
+                if step != "revert_one":
+                    ledger.record_reverted_many([(i, float(t), reason) for i in ids],
+                                                sync=sync and step == "revert_many",
+                                                write=step == "revert_many")
                 else:
                     for i in ids:
                         ledger.record_reverted(i, float(t), reason)
@@ -207,17 +212,25 @@ def test_the_view_in_memory_is_the_file_s_whatever_the_order_of_changes(
                 for i in ids:
                     if i in model and model[i]["reverted_at"] is None:
                         model[i]["expires_at"] = 100.0 + t
+            elif step == "flush":
+                ledger.flush()
             elif step == "entries":
                 assert {e.id: {"expires_at": e.expires_at, "reverted_at": e.reverted_at,
                                "revert_reason": e.revert_reason}
                         for e in ledger.entries()} == model
             assert sorted(e.id for e in ledger.active()) == sorted(
                 i for i, state in model.items() if state["reverted_at"] is None)
+            if step in ("apply", "revert_many", "flush"):  # a write leaves nothing held back
+                assert on_file(path) == model
         ledger.close()
         seen = {e.id: {"expires_at": e.expires_at, "reverted_at": e.reverted_at,
                        "revert_reason": e.revert_reason} for e in ledger.entries()}
         assert seen == model
-        on_file = {f["id"]: {"expires_at": f["expires_at"], "reverted_at": f["reverted_at"],
-                             "revert_reason": f.get("reason")}  # a revert line's key
-                   for f in (read_ledger(path) if path.exists() else [])}
-        assert on_file == model
+        assert on_file(path) == model
+
+
+def on_file(path: Path) -> dict[str, dict[str, Any]]:
+    """Each fault's state as the ledger file reads back."""
+    return {f["id"]: {"expires_at": f["expires_at"], "reverted_at": f["reverted_at"],
+                      "revert_reason": f.get("reason")}  # a revert line's key
+            for f in (read_ledger(path) if path.exists() else [])}

@@ -205,3 +205,46 @@ def test_a_run_that_lives_resolves_its_unanswered_requests_when_it_closes(
                       if '"resolved"' in line]
         assert resolved["request_id"] == open_one.request_id
         assert resolved["outcome"] == "reverted"
+
+
+def test_a_fan_out_writes_what_landed_while_a_late_agent_still_works(tmp_path: Path) -> None:
+    """Three real agents, one late: the faults the other two applied are in the ledger
+    file while the late one's request is still in flight (a fan-out writes the lines of
+    each wake-up's answers before it sends more; the fsync comes at its end), so an
+    orchestrator killed then leaves cleanup their ``applied`` lines, and the late one's
+    intent; once it answers, all three are there, synced."""
+    import threading
+
+    with late_agent(tmp_path) as (late, backend):
+        fast = [AgentServer(VirtualGpuBackend(node, tmp_path / f"{node}-state", gpus=1),
+                            token=TOKEN, node=node,
+                            state_path=tmp_path / f"{node}-agent.json").start()
+                for node in ("node-1", "node-2")]
+        try:
+            agents = {"node-0": AgentClient(late.url, TOKEN, timeout_s=60),
+                      **{s.node: AgentClient(s.url, TOKEN) for s in fast}}
+            session = Session(target=Target(kind="host", agents=agents, source="t"),
+                              ledger_path=tmp_path / "ledger.jsonl")
+            requests = [InjectRequest(node, "gpu.ecc", {"gpu": 0}, ECC) for node in agents]
+            done: list[object] = []
+            worker = threading.Thread(target=lambda: done.append(
+                session.inject(requests, lease_s=60)))
+            worker.start()
+            assert backend.arrived.wait(30)
+
+            def applied_nodes() -> set[str]:
+                lines = [json.loads(line) for line in
+                         (tmp_path / "ledger.jsonl").read_text().splitlines()]
+                return {str(e["node"]) for e in lines if e["event"] == "applied"}
+
+            wait_until(lambda: applied_nodes() == {"node-1", "node-2"},
+                       what="the fast agents' lines while the late one works")
+            assert [i.node for i in session.ledger.open_intents()] == ["node-0"]
+            backend.release.set()
+            worker.join(30)
+            assert len(done) == 1 and applied_nodes() == {"node-0", "node-1", "node-2"}
+            assert open_intents(tmp_path / "ledger.jsonl") == []
+            assert session.close() == []
+        finally:
+            for server in fast:
+                server.stop()

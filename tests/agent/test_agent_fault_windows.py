@@ -4,6 +4,8 @@ a fault is held and 0 after, however it ends (revert, batch, lease expiry)."""
 import pathlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gameday.agent.metrics import AgentMetrics
@@ -87,3 +89,35 @@ def test_the_inject_body_names_its_run() -> None:
     assert bare.run == ""
     with pytest.raises(InvalidInput, match="run must be a string"):
         parse_inject({"kind": KIND, "target": {"gpu": 0}, "lease_s": 5, "run": 7})
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.booleans(), st.integers(0, 7)), max_size=60),
+       kept=st.integers(1, 4))
+def test_each_window_reads_what_its_fault_did_last(
+        steps: list[tuple[bool, int]], kept: int) -> None:
+    """Faults held and released in any order (a release of one not held, one held
+    again): each window reads 1 while its fault is held, 0 once released while among
+    the last ``ENDED_KEPT`` ended, and is gone after that."""
+    metrics = AgentMetrics()
+    metrics.ENDED_KEPT = kept
+    held: set[str] = set()
+    ended: list[str] = []  # oldest first
+    for hold, n in steps:
+        fault = f"f{n}"
+        if hold:
+            metrics.held(fault, KIND, {"gpu": n}, "virtual", "run-p")
+            held.add(fault)
+            if fault in ended:
+                ended.remove(fault)
+        else:
+            metrics.released(fault)
+            if fault in held:
+                held.remove(fault)
+                ended.append(fault)
+                del ended[:-kept]
+    text = metrics.render().decode()
+    [family] = [f for f in text_string_to_metric_families(text)
+                if f.name == "gameday_fault_active"]
+    assert {s.labels["fault"]: s.value for s in family.samples} == {
+        **{fault: 0.0 for fault in ended}, **{fault: 1.0 for fault in held}}

@@ -216,6 +216,10 @@ def test_checkpoint_store_stall_then_rank_kill(job: ElasticJob) -> None:
         session = new_session()
         kill_rank_1(job)
         record_fault(session, kind="process.kill")
+        # what the save writes once the stall is reverted comes after the fault: a file's
+        # mtime is the kernel's coarse clock (a tick, up to 4 ms, behind the fault's time),
+        # so a write within a tick of it could read as made before it
+        time.sleep(0.1)
     finally:
         stall.revert("s-1", request)
     job.wait("3 steps after the restart", restarted)

@@ -1,11 +1,13 @@
 """The agent's Prometheus metrics, on a private registry (one per agent, so several
 agents can live in one process, as in the lab and in tests)."""
 
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gameday.agent.redaction import describe_target
@@ -38,17 +40,11 @@ class AgentMetrics:
         # lock and checks its arguments on every call); the counters are never removed
         self._applied_by_kind: dict[str, Counter] = {}
         self._reverted_by_label: dict[tuple[str, str], Counter] = {}
-        self._window = Gauge("gameday_fault_active",
-                             "1 while the fault is held, 0 after: game-day windows.",
-                             ["kind", "target", "layer", "run", "fault"],
-                             registry=self.registry)
+        self._windows = _Windows()
+        self.registry.register(self._windows)
         self._halted = Gauge("gameday_agent_halted",
                              "1 while this agent's safety lever is engaged (gameday halt).",
                              registry=self.registry)
-        #: fault id -> its window's labels and labelled gauge (looked up once: labels()
-        #: was a fifth of an agent's CPU per batch)
-        self._held: dict[str, tuple[tuple[str, ...], Gauge]] = {}
-        self._ended: OrderedDict[tuple[str, ...], None] = OrderedDict()
 
     def expect(self, kinds: Iterable[str], reasons: Iterable[str]) -> None:
         """Export the counters of ``kinds`` (and each revert ``reason``) at zero from now,
@@ -90,23 +86,51 @@ class AgentMetrics:
         ``run`` is the run that asked for it; ``fault`` its id."""
         where = describe_target(target)
         labels = (kind, f"{node}:{where}" if node else where, layer, run, fault_id)
-        window = self._window.labels(*labels)
-        self._held[fault_id] = labels, window
-        self._ended.pop(labels, None)
-        window.set(1)
+        windows = self._windows
+        with windows.lock:
+            windows.held[fault_id] = labels
+            windows.ended.pop(labels, None)
 
     def released(self, fault_id: str) -> None:
         """The fault ``fault_id`` is no longer held: its window reads 0."""
-        held = self._held.pop(fault_id, None)
-        if held is None:
-            return
-        labels, window = held
-        window.set(0)
-        self._ended[labels] = None
-        while len(self._ended) > self.ENDED_KEPT:
-            old, _ = self._ended.popitem(last=False)
-            self._window.remove(*old)
+        windows = self._windows
+        with windows.lock:
+            labels = windows.held.pop(fault_id, None)
+            if labels is None:
+                return
+            windows.ended[labels] = None
+            while len(windows.ended) > self.ENDED_KEPT:
+                windows.ended.popitem(last=False)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+class _Windows:
+    """The fault windows, ``gameday_fault_active{kind,target,layer,run,fault}``, made at
+    each scrape from the faults held (1) and the last ones ended (0): a custom collector,
+    as prometheus_client advises for label sets that come and go (a labelled child made
+    per fault, and looked up again at its end, was a fifth of an agent's CPU per batch)."""
+
+    NAME = "gameday_fault_active"
+    HELP = "1 while the fault is held, 0 after: game-day windows."
+    LABELS = ("kind", "target", "layer", "run", "fault")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: dict[str, tuple[str, ...]] = {}  # fault id -> its window's labels
+        self.ended: OrderedDict[tuple[str, ...], None] = OrderedDict()  # oldest first
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self.lock:
+            ended, held = list(self.ended), list(self.held.values())
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+        for labels in ended:
+            family.add_metric(labels, 0.0)
+        for labels in held:
+            family.add_metric(labels, 1.0)
+        yield family

@@ -10,13 +10,13 @@ was replaced, and picks its GPU's entry. A :class:`GpuState` is immutable.
 import dataclasses
 import functools
 import hashlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from gameday import jsonbytes
 from gameday.contract.gpus import gpu_label
 from gameday.lab.files import read_json, write_atomic
 
@@ -44,8 +44,6 @@ IDLE_MEMORY_MIB = 1
 #: Clocks-event reason bits (NVML ``nvmlClocksEventReason*``, DCGM field 112).
 CLOCK_EVENT_SW_THERMAL = 0x20
 CLOCK_EVENT_HW_THERMAL = 0x40
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"))  # compact: the C encoder (indent is not)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -127,8 +125,8 @@ class NodeState:
 def publish_node_state(state_dir: Path, gpus: Sequence[GpuState],
                        faults: dict[str, Any]) -> None:
     """Publish every GPU's state and the fault records atomically, in one file."""
-    payload = _ENCODER.encode({"gpus": [gpu.to_json() for gpu in gpus], "faults": faults})
-    write_atomic(node_state_path(state_dir), payload)
+    write_atomic(node_state_path(state_dir),
+                 jsonbytes.dumps({"gpus": [gpu.to_json() for gpu in gpus], "faults": faults}))
 
 
 def read_node_state(path: Path) -> NodeState | None:

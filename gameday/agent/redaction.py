@@ -60,6 +60,11 @@ def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
     return str(value)
 
 
+#: Compact JSON with sorted keys, made once (``json.dumps`` with arguments makes an encoder
+#: per call: a window per fault described its target's every value with one).
+_LABEL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def describe_target(target: Mapping[str, Any]) -> str:
     """``key=value,...`` (sorted keys) of the redacted ``target``, nested values as
     compact JSON, each value cut to 120 characters: what ``/metrics`` shows."""
@@ -69,7 +74,6 @@ def describe_target(target: Mapping[str, Any]) -> str:
     parts = []
     for key in sorted(shown):
         value = shown[key]
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
-                                                               separators=(",", ":"))
+        text = value if isinstance(value, str) else _LABEL_ENCODER.encode(value)
         parts.append(f"{key}={text[:_LABEL_CHARS]}")
     return ",".join(parts)

@@ -14,7 +14,7 @@ import pytest
 
 from gameday.errors import AgentError
 from gameday.wire.agent_client import MAX_ANSWER_BYTES, AgentClient
-from tests.loopback import serving
+from tests.loopback import serving_each
 
 
 @contextlib.contextmanager
@@ -22,21 +22,14 @@ def first_request_server(answer: Callable[[bytes], bytes | None]) -> Iterator[st
     """A real TCP server on loopback that reads each connection's FIRST request, sends
     ``answer(request)`` (nothing for ``None``) and closes the connection without saying
     so (as an agent does with an idle keep-alive connection); yields its URL."""
-    def serve(listener: socket.socket, stop: threading.Event) -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn, contextlib.suppress(OSError):
-                request = conn.recv(65536)
-                raw = answer(request) if request else None  # empty: the client went away
-                if raw is not None:
-                    conn.sendall(raw)
-                    conn.shutdown(socket.SHUT_RDWR)
+    def serve(conn: socket.socket, stop: threading.Event) -> None:
+        request = conn.recv(65536)
+        raw = answer(request) if request else None  # empty: the client went away
+        if raw is not None:
+            conn.sendall(raw)
+            conn.shutdown(socket.SHUT_RDWR)
 
-    with serving(serve) as url:
+    with serving_each(serve) as url:
         yield url
 
 
@@ -159,21 +152,14 @@ def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_clients_timeout(
     whole answer, not per read, and says so without a status."""
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}"
 
-    def serve(listener: socket.socket, stop: threading.Event) -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn, contextlib.suppress(OSError):
-                conn.recv(65536)
-                for byte in answer * 20:
-                    if stop.wait(every_s):
-                        break
-                    conn.sendall(bytes([byte]))
+    def serve(conn: socket.socket, stop: threading.Event) -> None:
+        conn.recv(65536)
+        for byte in answer * 20:
+            if stop.wait(every_s):
+                break
+            conn.sendall(bytes([byte]))
 
-    with serving(serve) as url:
+    with serving_each(serve) as url:
         client = AgentClient(url, "token", timeout_s=0.5)
         started = time.monotonic()
         with pytest.raises(AgentError, match=r"no answer within 0\.5s") as caught:

@@ -121,3 +121,36 @@ def test_each_window_reads_what_its_fault_did_last(
                 if f.name == "gameday_fault_active"]
     assert {s.labels["fault"]: s.value for s in family.samples} == {
         **{fault: 0.0 for fault in ended}, **{fault: 1.0 for fault in held}}
+
+
+def test_a_real_prometheus_reads_each_window_from_the_agents_metrics() -> None:
+    """A real agent (the lab's virtual GPUs: the stand-in for NVML) scraped by a real
+    Prometheus (2.42, 1 s scrapes): a fault's window reads 1 in Prometheus while it is
+    held and 0 once reverted, with its labels as the collector made them; a fault of the
+    same batch reads the same."""
+    from gameday import testing
+    from tests.verifiers.verifier_helpers import PrometheusUnderTest
+    from tests.waiting import wait_until
+
+    with testing.agent(node="node-0", gpus=2) as node:
+        prometheus = PrometheusUnderTest(workloads=[node.url.split("//", 1)[1]])
+        try:
+            prometheus.wait_scraped()
+            client = node.client()
+            faults = client.inject_many([
+                {"kind": "gpu.xid", "target": {"gpu": g}, "params": {"xid": 13},
+                 "lease_s": 60, "run": "run-prom"} for g in (0, 1)])
+
+            def windows() -> dict[str, float]:
+                return {s["metric"]["fault"]: float(s["value"][1]) for s in
+                        prometheus.query('gameday_fault_active{run="run-prom"}')}
+
+            ids = {f["id"] for f in faults}
+            wait_until(lambda: windows() == dict.fromkeys(ids, 1.0), what="windows at 1")
+            [sample] = prometheus.query(f'gameday_fault_active{{fault="{faults[0]["id"]}"}}')
+            assert sample["metric"]["kind"] == "gpu.xid"
+            assert sample["metric"]["target"] == "node-0:gpu=0"
+            client.revert_many(sorted(ids))
+            wait_until(lambda: windows() == dict.fromkeys(ids, 0.0), what="windows at 0")
+        finally:
+            prometheus.close()

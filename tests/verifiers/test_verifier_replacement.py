@@ -6,6 +6,7 @@ the replica's port; Kubernetes pods through the Kubernetes API stand-in
 controllers, so a thread of the test plays the ReplicaSet controller); the ready
 mappings on documents in each API's own schema; and the check itself as a property."""
 
+import http.client
 import json
 import re
 import subprocess
@@ -93,7 +94,7 @@ def probe_until_new(port: int, old_pid: int, answers: list[float],
                 if answer.read().decode() != str(old_pid):
                     answers.append(time.time())
                     return
-        except OSError:
+        except (OSError, http.client.HTTPException):  # killed mid-answer: no answer yet
             pass
         time.sleep(0.005)
 

@@ -1,6 +1,6 @@
 """The game-day commands of the CLI: play, gate, schedule, coverage, report.
 
-``gameday.cli.main`` registers them with ``add_commands`` and dispatches with ``dispatch``.
+``gameday.cli.main`` adds each with its ``add_<command>`` and dispatches with ``dispatch``.
 Exit codes as everywhere: 0 passed, 1 failed (an experiment, an SLO, a required
 coverage cell), 2 invalid input (nothing injected), 130/143 interrupted.
 """
@@ -118,8 +118,8 @@ def _show_plan(playbook: "Playbook", args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(commands: Any) -> None:
-    """Add the game-day subcommands to the ``gameday`` parser's subparsers."""
+def add_play(commands: Any) -> None:
+    """Add ``gameday play`` to the ``gameday`` parser's subparsers (as each ``add_*``)."""
     play = command(commands, "play", "run a playbook (a game day)",
                    "gameday play playbooks/weekly-gameday.yaml --output json > record.json")
     play.add_argument("playbook", type=Path, help="the playbook (YAML)")
@@ -134,6 +134,8 @@ def add_commands(commands: Any) -> None:
     add_result_arguments(play)
     agent_tls.add_arguments(play)
 
+
+def add_gate(commands: Any) -> None:
     gate = command(commands, "gate", "run a playbook as a release gate, or judge existing "
                                      "journals (--journals DIR)",
                    "gameday gate playbooks/release-gate.yaml --junit gate.xml")
@@ -161,6 +163,8 @@ def add_commands(commands: Any) -> None:
     add_result_arguments(gate)
     agent_tls.add_arguments(gate)
 
+
+def add_schedule(commands: Any) -> None:
     schedule = command(commands, "schedule", "a playbook's schedule as cron",
                        "gameday schedule playbooks/weekly-gameday.yaml --emit crontab "
                        "| crontab -")
@@ -172,6 +176,8 @@ def add_commands(commands: Any) -> None:
     schedule.add_argument("--namespace", default="gameday-system",
                           help="namespace (cronjob; default gameday-system)")
 
+
+def add_coverage(commands: Any) -> None:
     coverage = command(commands, "coverage", "fault x layer coverage from journals",
                        "gameday coverage journals/ --format html -o coverage.html")
     coverage.add_argument("directory", type=Path, help="journals (searched recursively)")
@@ -187,6 +193,8 @@ def add_commands(commands: Any) -> None:
                           help="leave out evidence from the virtual lab")
     _index_argument(coverage)
 
+
+def add_score(commands: Any) -> None:
     score = command(commands, "score", "a resilience score per service, per coverage cell "
                                        "and overall, from verified journals only",
                     "gameday score journals/ --require playbooks/audit-coverage.yaml "
@@ -202,6 +210,8 @@ def add_commands(commands: Any) -> None:
     add_output_argument(score)
     add_result_arguments(score)
 
+
+def add_report(commands: Any) -> None:
     report = command(commands, "report", "render a journal, or a game day's record "
                                          "(*.playbook.json), as HTML or Markdown",
                      "gameday report journals/20261201T101500Z-gpu-ecc.json "

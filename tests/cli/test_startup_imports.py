@@ -2,8 +2,9 @@
 
 ``gameday validate`` and ``gameday run`` of an experiment with no fault, in a fresh
 interpreter: none of the fault kinds' declarations, the fault path (injector, fan-out,
-leases, agent client), the halt lever's cleanup nor the host's process reading is
-imported; they are when an experiment needs them (docs/gamedays.md, "Run overhead").
+leases, agent client), the halt lever's cleanup, the host's process reading nor the
+other subcommands' parsers is imported; they are when an experiment needs them
+(docs/gamedays.md, "Run overhead").
 """
 
 import json
@@ -36,7 +37,8 @@ UNUSED = (*(f"gameday.kinds.{family}" for family in FAMILIES),
           "gameday.engine.injector", "gameday.engine.fanout", "gameday.engine.fault_requests",
           "gameday.engine.leases", "gameday.engine.plan", "gameday.wire.agent_client",
           "gameday.safety.cleanup",
-          "gameday.experiment.process_selector", "gameday.node", "re2")
+          "gameday.experiment.process_selector", "gameday.node", "re2",
+          "gameday.cli.init", "gameday.cli.halt", "gameday.cli.reports", "gameday.cli.completion")
 
 
 def _imported(args: list[str], tmp_path: Path) -> set[str]:

@@ -104,9 +104,12 @@ def new_fault_ids(count: int) -> list[str]:
 def plain_details(details: object) -> dict[str, Any]:
     """A backend's details as plain JSON, as they read back from the JSON text: a JSON
     object (``{}`` for none, ``{"value": ...}`` for anything that is not an object),
-    anything JSON cannot hold made a string. Raises what the encoder raises (a circular
-    reference, a key that is not a string, an integer too long to write)."""
+    anything JSON cannot hold made a string: an object of no JSON type (its ``str``),
+    and NaN and the infinities (``"NaN"``, ``"Infinity"``, ``"-Infinity"``), which an
+    answer may not carry: kept as floats, they made every answer about the fault fail
+    after the fault was applied. Raises what the encoder raises (a circular reference, a
+    key that is not a string, an integer too long to write)."""
     if not details:
         return {}
-    value = json.loads(_DETAILS_ENCODER.encode(details))
+    value = json.loads(_DETAILS_ENCODER.encode(details), parse_constant=str)
     return value if isinstance(value, dict) else {"value": value}

@@ -140,21 +140,42 @@ class NanDetails(MarkerBackend):
 
 
 def test_answers_never_carry_nan_but_words_in_strings_pass(tmp_path: pathlib.Path) -> None:
+    """A backend's NaN is kept as a word, so the answers about its fault can be written;
+    a fault that held the float itself could not be answered (500), though applied."""
     registry = FaultRegistry(NanDetails(tmp_path / "markers"),
                              state_path=tmp_path / "agent.json", node="n1")
     fault = registry.apply(FaultRequest(KIND, {"n": 1}), 30)
-    with pytest.raises(ValueError, match="Out of range float"):
-        _fault_reply(201, fault)  # the agent answers 500, as for any unencodable answer
-    with pytest.raises(ValueError, match="Out of range float"):
-        _faults_reply(201, [fault], minimal="applied")  # minimal answers too
-    words = dataclasses.replace(fault, details={"note": "NaN Infinity"})
-    for reply in (_fault_reply(200, words), _faults_reply(200, [words], [])):
+    assert fault.details == {"ratio": "NaN", "note": "NaN Infinity"}
+    for reply in (_fault_reply(201, fault), _faults_reply(201, [fault], [])):
         answer = json.loads(reply.body, parse_constant=pytest.fail)
-        assert answer in (words.to_json(), {"faults": [words.to_json()], "failed": []})
-    reply = _faults_reply(201, [words], minimal="applied")
+        assert answer in (fault.to_json(), {"faults": [fault.to_json()], "failed": []})
+    reply = _faults_reply(201, [fault], minimal="applied")
     assert json.loads(reply.body, parse_constant=pytest.fail) == {
-        "faults": [words.minimal("applied")]}
+        "faults": [fault.minimal("applied")]}
     assert reply.headers == {"Preference-Applied": "return=minimal"}
+    floated = dataclasses.replace(fault, details={"ratio": math.nan})
+    with pytest.raises(ValueError, match="Out of range float"):
+        _fault_reply(201, floated)  # the agent answers 500, as for any unencodable answer
+    with pytest.raises(ValueError, match="Out of range float"):
+        _faults_reply(201, [floated], minimal="applied")  # minimal answers too
+
+
+non_finite = st.sampled_from([math.nan, math.inf, -math.inf])
+odd_floats = st.recursive(
+    non_finite | st.floats() | st.integers() | st.text(max_size=5) | st.none(),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4), max_leaves=12)
+
+
+@given(odd_floats)
+def test_details_never_hold_a_float_json_cannot_write(details: Any) -> None:
+    """Over details with NaN and the infinities anywhere: the plain details are their
+    round trip through JSON with each of those read as its word, and encode without
+    NaN (as every answer must)."""
+    plain_value = plain_details(details)
+    expected = json.loads(compact(details), parse_constant=str) if details else {}
+    assert plain_value == (expected if isinstance(expected, dict) else {"value": expected})
+    json.dumps(plain_value, allow_nan=False)
 
 
 def metric_values(metrics: AgentMetrics) -> Mapping[str, float]:

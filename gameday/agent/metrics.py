@@ -82,29 +82,51 @@ class AgentMetrics:
              run: str, *, node: str = "") -> None:
         """The fault ``fault_id`` is held from now: its window reads 1. ``target`` is
         shown as ``node:key=value,...``, redacted
-        (:func:`gameday.agent.redaction.describe_target`: this page needs no token);
+        (:func:`gameday.agent.redaction.describe_target`: this page needs no token), when
+        a scrape first shows the window (``target`` is the fault's own, never changed);
         ``run`` is the run that asked for it; ``fault`` its id."""
-        where = describe_target(target)
-        labels = (kind, f"{node}:{where}" if node else where, layer, run, fault_id)
+        window = _Window(kind, target, layer, run, node, fault_id)
         windows = self._windows
         with windows.lock:
-            windows.held[fault_id] = labels
-            windows.ended.pop(labels, None)
+            windows.held[fault_id] = window
+            windows.ended.pop(fault_id, None)
 
     def released(self, fault_id: str) -> None:
         """The fault ``fault_id`` is no longer held: its window reads 0."""
         windows = self._windows
         with windows.lock:
-            labels = windows.held.pop(fault_id, None)
-            if labels is None:
+            window = windows.held.pop(fault_id, None)
+            if window is None:
                 return
-            windows.ended[labels] = None
+            windows.ended[fault_id] = window
             while len(windows.ended) > self.ENDED_KEPT:
                 windows.ended.popitem(last=False)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+class _Window:
+    """One fault's window: what its labels are made of, and the labels once made (a
+    batch of faults is described when a scrape first shows it, not while it is applied:
+    the description was a twelfth of an agent's time per batch)."""
+
+    __slots__ = ("_labels", "fault", "kind", "layer", "node", "run", "target")
+
+    def __init__(self, kind: str, target: Mapping[str, Any], layer: str, run: str,
+                 node: str, fault: str) -> None:
+        self.kind, self.target, self.layer, self.run = kind, target, layer, run
+        self.node, self.fault = node, fault
+        self._labels: tuple[str, str, str, str, str] | None = None
+
+    def labels(self) -> tuple[str, str, str, str, str]:
+        """``(kind, target, layer, run, fault)``, the target ``node:key=value,...``."""
+        if self._labels is None:
+            where = describe_target(self.target)
+            self._labels = (self.kind, f"{self.node}:{where}" if self.node else where,
+                            self.layer, self.run, self.fault)
+        return self._labels
 
 
 class _Windows:
@@ -119,18 +141,18 @@ class _Windows:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.held: dict[str, tuple[str, ...]] = {}  # fault id -> its window's labels
-        self.ended: OrderedDict[tuple[str, ...], None] = OrderedDict()  # oldest first
+        self.held: dict[str, _Window] = {}  # by fault id
+        self.ended: OrderedDict[str, _Window] = OrderedDict()  # by fault id, oldest first
 
     def describe(self) -> list[GaugeMetricFamily]:
         return [GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self.lock:
-            ended, held = list(self.ended), list(self.held.values())
+            ended, held = list(self.ended.values()), list(self.held.values())
         family = GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
-        for labels in ended:
-            family.add_metric(labels, 0.0)
-        for labels in held:
-            family.add_metric(labels, 1.0)
+        for window in ended:
+            family.add_metric(window.labels(), 0.0)
+        for window in held:
+            family.add_metric(window.labels(), 1.0)
         yield family

@@ -138,8 +138,10 @@ class _Reply(NamedTuple):
 _MINIMAL_APPLIED: Final = {"Preference-Applied": PREFER_MINIMAL}
 
 
-#: Answers are compact JSON without NaN/Infinity; stateless, so shared by threads.
-_ANSWER_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+#: Answers are compact JSON without NaN/Infinity; stateless, so shared by threads. An
+#: answer is made of the agent's own dicts and lists, never a cycle: no check for one.
+_ANSWER_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False,
+                                          check_circular=False)
 
 
 def _json_reply(status: int, payload: object) -> _Reply:

@@ -19,6 +19,7 @@ it is answered.
 """
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -863,7 +864,12 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self._send(reply.status, reply.body, reply.content_type, reply.headers)
 
     def _identity(self) -> str | None:
-        """The client certificate's identity (mutual TLS), else None."""
+        """The client certificate's identity (mutual TLS), else None: read once per
+        connection (a handler serves one), whose certificate TLS 1.3 never changes."""
+        return self._peer_identity
+
+    @functools.cached_property
+    def _peer_identity(self) -> str | None:
         if isinstance(self.connection, ssl.SSLSocket):
             with contextlib.suppress(ValueError):
                 return peer_identity(self.connection.getpeercert())

@@ -89,6 +89,27 @@ def test_mutual_tls_lets_in_only_a_client_with_a_certificate(
         "intent", "apply", "outcome", "intent", "revert", "outcome"]
 
 
+def test_each_connection_is_recorded_as_its_own_clients_identity(
+        tmp_path: pathlib.Path, pki: Pki, mtls_agent: AgentServer) -> None:
+    """The identity is read once per connection: two clients, each kept alive over its
+    requests and taking turns, are each recorded as themselves on every record."""
+    names = ("spiffe://gd/alice", "spiffe://gd/bob")
+    clients = [AgentClient(mtls_agent.url, TOKEN, tls=client_context(
+        pki.ca_pem, *pki.issue(f"client-{i}", f"orch-{i}",
+                               [x509.UniformResourceIdentifier(name)])))
+               for i, name in enumerate(names)]
+    with clients[0], clients[1]:
+        for turn in range(3):
+            for client in clients:
+                client.revert(client.inject(KIND, {"gpu": turn}, {"note": "x"}, 30)["id"])
+    records = [json.loads(line) for line in
+               (tmp_path / "audit" / "audit.jsonl").read_text().splitlines()]
+    by_request = [r for r in records if r.get("method") in ("POST", "DELETE")]
+    assert len(by_request) == 2 * 3 * 2 * 2  # intent and outcome of each request
+    expected = [f"uri:{name}" for _ in range(3) for name in names for _ in range(4)]
+    assert [r["identity"] for r in by_request] == expected
+
+
 def test_tls_below_1_3_is_refused(pki: Pki, mtls_agent: AgentServer) -> None:
     context = ssl.create_default_context(cafile=str(pki.ca_pem))
     context.maximum_version = ssl.TLSVersion.TLSv1_2

@@ -36,6 +36,11 @@ __all__ = ["AuditTrail", "AuditUnavailable", "Phase", "redact"]
 Phase = Literal["intent", "outcome", "unauthenticated", "apply", "revert"]
 
 
+#: Each record's line: compact JSON, anything else by its ``str``; one encoder, made once
+#: (``json.dumps`` with arguments makes one per line).
+_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
 class AuditUnavailable(GamedayError):
     """The audit record could not be written, so nothing was done (``503``)."""
 
@@ -87,8 +92,7 @@ class AuditTrail:
     def write_many(self, entries: Sequence[Mapping[str, Any]]) -> None:
         """Append ``entries``, a line each, with one write and one ``fsync``: all durable
         on return; :class:`AuditUnavailable` if they cannot be."""
-        lines = "".join(json.dumps(dict(entry), separators=(",", ":"), default=str) + "\n"
-                        for entry in entries).encode()
+        lines = "".join(_LINE_ENCODER.encode(dict(entry)) + "\n" for entry in entries).encode()
         with self._lock:
             try:
                 self._current()

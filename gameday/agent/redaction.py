@@ -10,6 +10,7 @@ target is shown as on ``/metrics``, made from :func:`redact`'s answer.
 """
 
 import functools
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -23,6 +24,8 @@ REDACTED: Final = "[redacted]"
 MAX_DEPTH: Final = 32
 #: Longest string kept on the open surface (a label value), in characters.
 _LABEL_CHARS: Final = 120
+#: The scalar types shown as they are (exactly these: a subclass takes the long way).
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 #: Keys whose every value is redacted, whatever the value's own key says.
 _SECRET_VALUED: Final = frozenset({"env"})
 
@@ -54,9 +57,11 @@ def redact(value: Any) -> Any:
 def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
     if depth >= MAX_DEPTH:
         return "[too deep]"
+    if type(value) in _SCALARS:  # exactly: the common case first, as the checks below
+        return REDACTED if under_secret else value
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
-        for key, item in list(value.items())[:1024]:
+        for key, item in itertools.islice(value.items(), 1024):
             name = str(key)
             if under_secret or _secret_key(name):
                 out[name] = REDACTED

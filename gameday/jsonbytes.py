@@ -2,7 +2,8 @@
 
 :func:`dumps` is orjson (a well-kept encoder in Rust), with the standard library's
 encoder for what orjson does not take (an integer beyond 64 bits, nesting deeper than
-254, an object JSON has no form for: the standard encoder then raises as it always did).
+254, a string holding a lone surrogate, an object JSON has no form for: the standard
+encoder then raises as it always did).
 At 16,384 GPUs the standard library's C encoder was a tenth of the orchestrator's time
 (the ledger's lines and the request bodies, ``bench/fleet.py --profile``); orjson encodes
 the same events about six times faster.
@@ -15,7 +16,8 @@ takes what :func:`json.loads` takes and gives the same value, but for an integer
 does (no agent answer holds one).
 
 The text is JSON without blanks, keys in the order given, non-ASCII characters as UTF-8
-(not ``\\u`` escapes), a non-string key as its string; it decodes, with :func:`json.loads`,
+(not ``\\u`` escapes; but all of them escaped where the standard encoder wrote it), a
+non-string key as its string; it decodes, with :func:`json.loads`,
 to what ``json.dumps`` of the same value decodes to, except NaN and the infinities,
 which are not JSON and become ``null``.
 """
@@ -28,8 +30,9 @@ import orjson
 __all__ = ["dumps", "loads"]
 
 _OPTIONS: Final = orjson.OPT_NON_STR_KEYS
-_FALLBACK: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
-                                    check_circular=False)
+#: ASCII, so that a lone surrogate (which orjson refuses and UTF-8 cannot hold, but a
+#: JSON ``\ud800`` escape decodes to) is written as its escape.
+_FALLBACK: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 def dumps(value: object) -> bytes:

@@ -12,8 +12,10 @@ from gameday import jsonbytes
 from tests.json_values import plain
 
 keys = st.text(max_size=6) | st.integers(-5, 5) | st.booleans() | st.none()
+#: Any code point, lone surrogates too (which a JSON ``\ud800`` escape decodes to).
+any_text = st.text(st.characters(codec=None, categories=None), max_size=6)
 values = st.recursive(
-    plain | st.integers(min_value=-(2 ** 80), max_value=2 ** 80),
+    plain | st.integers(min_value=-(2 ** 80), max_value=2 ** 80) | any_text,
     lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner)
     | st.dictionaries(keys, inner, max_size=3), max_leaves=10)
 
@@ -32,6 +34,7 @@ def test_what_orjson_does_not_take_goes_to_the_standard_encoder() -> None:
     assert json.loads(jsonbytes.dumps(deep)) == deep
     assert jsonbytes.dumps({"seed": 2 ** 70}) == b'{"seed":1180591620717411303424}'
     assert jsonbytes.dumps({"name": "n\u00e9"}) == '{"name":"n\u00e9"}'.encode()
+    assert jsonbytes.dumps({"name": "\ud800\u00e9"}) == b'{"name":"\\ud800\\u00e9"}'
     with pytest.raises(TypeError):
         jsonbytes.dumps({"path": object()})
 

@@ -480,10 +480,14 @@ def sync_file(path: Path) -> None:
 
 def _events(path: Path) -> Iterator[Any]:
     """The decoded lines of a ledger file (none if there is no file); a line that does
-    not decode (a torn last line after a crash) is skipped."""
+    not decode (a torn last line after a crash) is skipped. Lines end at ``\n`` only:
+    the lines are written as UTF-8 (:mod:`gameday.jsonbytes`), so a string in a target,
+    parameter or agent's detail may hold U+2028, U+2029 or U+0085, at which
+    ``str.splitlines`` would cut the fault's line in two, and the fault would be lost
+    to cleanup."""
     if not path.exists():
         return
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    for raw in path.read_text(encoding="utf-8").split("\n"):
         try:
             yield json.loads(raw)
         except (ValueError, RecursionError):  # a torn line, or not ours

@@ -234,3 +234,33 @@ def on_file(path: Path) -> dict[str, dict[str, Any]]:
     return {f["id"]: {"expires_at": f["expires_at"], "reverted_at": f["reverted_at"],
                       "revert_reason": f.get("reason")}  # a revert line's key
             for f in (read_ledger(path) if path.exists() else [])}
+
+
+#: What ``str.splitlines`` takes for a line end and JSON writes raw in a string.
+LINE_BREAKING = "\u2028\u2029\u0085"
+
+
+@settings(max_examples=150)
+@given(st.lists(st.tuples(st.text(alphabet=st.characters() | st.sampled_from(LINE_BREAKING),
+                                  max_size=6),
+                          st.text(alphabet=st.sampled_from(LINE_BREAKING + "ab\"\\"),
+                                  max_size=4)), min_size=1, max_size=4))
+def test_every_fault_reads_back_whatever_its_strings_hold(
+        texts: list[tuple[str, str]]) -> None:
+    """Targets, parameters and an agent's details holding U+2028, U+2029, U+0085 (raw in
+    UTF-8 JSON, line ends to ``str.splitlines``) or any other character: every fault, in
+    a batch's line or its own, reads back from the file whole and as written, so cleanup
+    finds it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ledger.jsonl"
+        ledger = Ledger(path, "run-u")
+        written = [entry(n, target={"process": a}, params={"note": b}, details={"name": a + b})
+                   for n, (a, b) in enumerate(texts)]
+        ledger.record_applied_many(written[:-1])
+        ledger.record_applied(written[-1])
+        ledger.close()
+        found = {f["id"]: f for f in read_ledger(path)}
+        assert sorted(found) == sorted(e.id for e in written)
+        for e in written:
+            assert (found[e.id]["target"], found[e.id]["params"], found[e.id]["details"]) == (
+                e.target, e.params, e.details)

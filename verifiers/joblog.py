@@ -86,7 +86,9 @@ def read_log_lines(path: str | Path, pattern: str, *, tz: str | None = None,
         raise CheckpointStoreError(f"cannot read job log {path}: {exc.strerror}") from None
     has_step = "step" in compiled.groupindex
     lines = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # lines end at a newline only (read_text made \r\n and \r one), as an editor and
+    # grep -n count them; str.splitlines also cuts at \f, \v, U+0085, U+2028, ...
+    for number, line in enumerate(text.split("\n"), start=1):
         match = compiled.search(line)
         if match is None:
             continue

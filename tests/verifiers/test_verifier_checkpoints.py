@@ -4,6 +4,7 @@ layout (DCP directories, Hugging Face ``checkpoint-N``, Lightning ``step=N.ckpt`
 file), a store the framework prunes, and a job log in UTC and local time."""
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -173,6 +174,24 @@ def test_naive_log_times_are_the_hosts_local_time_unless_tz_says(tmp_path: Path,
     assert local[1].t == utc[1].t  # an explicit zone is never reinterpreted
     with pytest.raises(CheckpointStoreError, match="'Mars/Olympus' is not a time zone"):
         read_log_steps(log, pattern, tz="Mars/Olympus")
+
+
+@pytest.mark.parametrize("odd", ["\f", "\v", "\x1c", "\x85", "\u2028", "\u2029"])
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_log_lines_are_numbered_as_grep_numbers_them(tmp_path: Path, odd: str,
+                                                     end: str) -> None:
+    """A line holding a character ``str.splitlines`` cuts at (a form feed, U+2028, ...)
+    is one line, as ``grep -n`` and an editor count; \\r\\n and \\r end lines too."""
+    log = tmp_path / "train.log"
+    text = end.join(["1700000000.5 step 1", f"1700000001.0 note{odd}x step 2",
+                     "1700000002.0 step 3"]) + end
+    log.write_bytes(text.encode())
+    lines = read_log_lines(log, r"^(?P<t>\S+) .*step (?P<step>\d+)$", step_required=True)
+    assert [(line.t, line.step, line.line) for line in lines] == [
+        (1700000000.5, 1, 1), (1700000001.0, 2, 2), (1700000002.0, 3, 3)]
+    grep = subprocess.run(["grep", "-c", ""], input=text.replace(end, "\n").encode(),
+                          capture_output=True, check=True)
+    assert int(grep.stdout) == 3
 
 
 def test_a_restart_line_needs_only_a_time(tmp_path: Path) -> None:

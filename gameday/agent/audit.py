@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from gameday.agent.redaction import redact
 from gameday.errors import GamedayError, InvalidInput
 
@@ -36,9 +38,26 @@ __all__ = ["AuditTrail", "AuditUnavailable", "Phase", "redact"]
 Phase = Literal["intent", "outcome", "unauthenticated", "apply", "revert"]
 
 
-#: Each record's line: compact JSON, anything else by its ``str``; one encoder, made once
-#: (``json.dumps`` with arguments makes one per line).
+#: A record's line where orjson's would not do: compact JSON, every character beyond
+#: ASCII escaped, anything else by its ``str``; made once (``json.dumps`` with arguments
+#: makes one per line).
 _LINE_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
+def _line(entry: Mapping[str, Any]) -> bytes:
+    """One record as its line: compact JSON in ASCII, so that no character in a value
+    (a bidirectional override, U+2028) changes how the trail reads in a terminal or
+    splits into lines. orjson writes it (a fifth of the standard encoder's time) when
+    its text is ASCII, which a record's is unless a value holds more; the standard
+    encoder, escaping, writes the rest (and an integer beyond 64 bits). The values are
+    :func:`redact`'s and the agent's own: plain JSON, NaN and the infinities as words."""
+    try:
+        text = orjson.dumps(entry, default=str)
+    except orjson.JSONEncodeError:
+        text = b""
+    if not text or not text.isascii():
+        text = _LINE_ENCODER.encode(dict(entry)).encode()
+    return text + b"\n"
 
 
 class AuditUnavailable(GamedayError):
@@ -92,7 +111,7 @@ class AuditTrail:
     def write_many(self, entries: Sequence[Mapping[str, Any]]) -> None:
         """Append ``entries``, a line each, with one write and one ``fsync``: all durable
         on return; :class:`AuditUnavailable` if they cannot be."""
-        lines = "".join(_LINE_ENCODER.encode(dict(entry)) + "\n" for entry in entries).encode()
+        lines = b"".join(map(_line, entries))
         with self._lock:
             try:
                 self._current()

@@ -4,14 +4,17 @@ the unauthenticated ``/metrics``.
 :func:`redact` is the one redaction of the agent: the value of every key that names a
 secret (:data:`gameday.logs.SECRET_WORDS`) and every value of a process selector's
 ``env`` (an environment value is a secret as often as not) become ``"[redacted]"``, at
-any depth up to :data:`MAX_DEPTH` (deeper is cut to ``"[too deep]"``). It never raises:
-whatever it is given, it answers. :func:`describe_target` is the one line a fault's
-target is shown as on ``/metrics``, made from :func:`redact`'s answer.
+any depth up to :data:`MAX_DEPTH` (deeper is cut to ``"[too deep]"``); NaN and the
+infinities, which JSON cannot hold, become their words (``"NaN"``, ``"Infinity"``,
+``"-Infinity"``). It never raises: whatever it is given, it answers.
+:func:`describe_target` is the one line a fault's target is shown as on ``/metrics``,
+made from :func:`redact`'s answer.
 """
 
 import functools
 import itertools
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -58,7 +61,7 @@ def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
     if depth >= MAX_DEPTH:
         return "[too deep]"
     if type(value) in _SCALARS:  # exactly: the common case first, as the checks below
-        return REDACTED if under_secret else value
+        return REDACTED if under_secret else _finite(value)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in itertools.islice(value.items(), 1024):
@@ -73,8 +76,15 @@ def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
     if under_secret:
         return REDACTED
     if value is None or isinstance(value, bool | int | float | str):
-        return value
+        return _finite(value)
     return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """``value``, or a non-finite float's word (as ``json`` would have written it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    return value
 
 
 #: Compact JSON with sorted keys, made once (``json.dumps`` with arguments makes an encoder

@@ -11,18 +11,16 @@ infinities, which JSON cannot hold, become their words (``"NaN"``, ``"Infinity"`
 made from :func:`redact`'s answer.
 """
 
-import functools
 import itertools
 import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gameday.logs import SECRET_WORDS
+from gameday.logs import REDACTED, names_secret
 
 __all__ = ["MAX_DEPTH", "REDACTED", "describe_target", "redact"]
 
-REDACTED: Final = "[redacted]"
 #: Levels kept; a request body deeper than this is refused before it is redacted.
 MAX_DEPTH: Final = 32
 #: Longest string kept on the open surface (a label value), in characters.
@@ -31,21 +29,6 @@ _LABEL_CHARS: Final = 120
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 #: Keys whose every value is redacted, whatever the value's own key says.
 _SECRET_VALUED: Final = frozenset({"env"})
-
-
-def _names_a_secret(name: str) -> bool:
-    return any(word in name.lower() for word in SECRET_WORDS)
-
-
-#: The answers for short key names, remembered: a batch's records repeat the same few
-#: keys, and the check was a tenth of an audited agent's time. Only short names, so what
-#: is remembered stays small (at most 4,096 names of 64 characters) whatever clients send.
-_short_name_secret: Final = functools.lru_cache(maxsize=4096)(_names_a_secret)
-
-
-def _secret_key(name: str) -> bool:
-    """Whether the key ``name`` names a secret (:data:`gameday.logs.SECRET_WORDS`)."""
-    return _short_name_secret(name) if len(name) <= 64 else _names_a_secret(name)
 
 
 def redact(value: Any) -> Any:
@@ -66,7 +49,7 @@ def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
         out: dict[str, Any] = {}
         for key, item in itertools.islice(value.items(), 1024):
             name = str(key)
-            if under_secret or _secret_key(name):
+            if under_secret or names_secret(name):
                 out[name] = REDACTED
             else:
                 out[name] = _redact(item, depth + 1, under_secret=name in _SECRET_VALUED)

@@ -10,14 +10,14 @@ every other string it appears in (a URL, an argv entry, an error message).
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gameday.logs import SECRET_WORDS
+from gameday.logs import REDACTED, names_secret
 
-REDACTED = "[redacted]"
+__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "experiment_secrets", "scrub", "secret_values"]
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 
 
 def _secret_key(key: object) -> bool:
-    return isinstance(key, str) and any(word in key.lower() for word in SECRET_WORDS)
+    return isinstance(key, str) and names_secret(key)
 
 
 def secret_values(document: Any, *, under_secret: bool = False) -> set[str]:

@@ -1,6 +1,7 @@
 """The agent's one redaction (gameday/agent/redaction.py), over random keys: a key's
 value is redacted exactly when its name, lowercased, holds a secret word, however long
-the name; the short names' answers are remembered, the long ones' never are."""
+the name; the short names' answers are remembered, the long ones' never are
+(gameday.logs.names_secret, the one such check)."""
 
 import enum
 import json
@@ -12,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gameday.agent import redaction
+from gameday import logs
 from gameday.agent.redaction import REDACTED, redact
 from gameday.logs import SECRET_WORDS
 
@@ -35,10 +36,10 @@ def test_a_value_is_redacted_exactly_when_its_key_names_a_secret(
 
 
 def test_long_names_are_not_remembered() -> None:
-    remembered = redaction._short_name_secret.cache_info().currsize
+    remembered = logs._short_name_secret.cache_info().currsize
     long_names = {f"{'x' * 65}{n}": n for n in range(100)}
     redact({**long_names, f"{'y' * 70}TOKEN": "s3cr3t"})
-    assert redaction._short_name_secret.cache_info().currsize == remembered
+    assert logs._short_name_secret.cache_info().currsize == remembered
     assert redact({f"{'y' * 70}TOKEN": "s3cr3t"}) == {f"{'y' * 70}TOKEN": REDACTED}
 
 

@@ -92,7 +92,8 @@ def test_mutual_tls_lets_in_only_a_client_with_a_certificate(
 def test_each_connection_is_recorded_as_its_own_clients_identity(
         tmp_path: pathlib.Path, pki: Pki, mtls_agent: AgentServer) -> None:
     """The identity is read once per connection: two clients, each kept alive over its
-    requests and taking turns, are each recorded as themselves on every record."""
+    requests and taking turns, are each recorded as themselves on every record, and
+    each request's records keep that request's body."""
     names = ("spiffe://gd/alice", "spiffe://gd/bob")
     clients = [AgentClient(mtls_agent.url, TOKEN, tls=client_context(
         pki.ca_pem, *pki.issue(f"client-{i}", f"orch-{i}",
@@ -108,6 +109,12 @@ def test_each_connection_is_recorded_as_its_own_clients_identity(
     assert len(by_request) == 2 * 3 * 2 * 2  # intent and outcome of each request
     expected = [f"uri:{name}" for _ in range(3) for name in names for _ in range(4)]
     assert [r["identity"] for r in by_request] == expected
+    # each request's records keep its own body (made once for its intent and outcome,
+    # never carried to the next request on the connection)
+    injects = [r for r in by_request if r["method"] == "POST"]
+    assert [r["faults"][0]["target"] for r in injects] == [
+        {"gpu": turn} for turn in range(3) for _ in names for _ in ("intent", "outcome")]
+    assert all("faults" not in r for r in by_request if r["method"] == "DELETE")
 
 
 def test_tls_below_1_3_is_refused(pki: Pki, mtls_agent: AgentServer) -> None:

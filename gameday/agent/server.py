@@ -497,16 +497,23 @@ class _Deadlines:
         self._armed: dict[int, tuple[float, socket.socket]] = {}
         self._next = 0
         self._thread: threading.Thread | None = None
+        self._wakes_at = 0.0  # when the watching thread wakes next, by itself
 
     def arm(self, conn: socket.socket, seconds: float) -> int:
+        """Shut ``conn`` in ``seconds`` unless disarmed; the watching thread is woken
+        only when this deadline comes before the wake-up it already has (a kept-alive
+        connection arms one per request, each later than those armed before it)."""
         with self._cond:
             self._next += 1
-            self._armed[self._next] = (time.monotonic() + seconds, conn)
+            at = time.monotonic() + seconds
+            self._armed[self._next] = (at, conn)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="agent-deadlines",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if at < self._wakes_at:
+                self._wakes_at = at
+                self._cond.notify()
             return self._next
 
     def disarm(self, handle: int) -> None:
@@ -527,9 +534,11 @@ class _Deadlines:
                 now = time.monotonic()
                 late = [h for h, (at, _) in self._armed.items() if at <= now]
                 conns = [self._armed.pop(h)[1] for h in late]
-                wait = min((at for at, _ in self._armed.values()), default=now + 60) - now
+                wait = max(min((at for at, _ in self._armed.values()), default=now + 60)
+                           - now, 0.01)
+                self._wakes_at = 0.0 if conns else now + wait
                 if not conns:
-                    self._cond.wait(max(wait, 0.01))
+                    self._cond.wait(wait)
             for conn in conns:
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)

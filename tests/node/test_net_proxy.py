@@ -2,6 +2,7 @@
 HTTP server's loopback port by a real nftables/iptables redirect; a real client that
 knows nothing of the proxy sees the latency and the stall."""
 
+import contextlib
 import http.client
 import http.server
 import threading
@@ -13,7 +14,7 @@ import pytest
 from gameday.contract.backend import FaultRequest
 from gameday.errors import FaultRejected
 from gameday.node.host.proxy import ServiceProxyFault
-from tests.node.net_support import PREFIX, leftovers
+from tests.node.net_support import PREFIX, leftovers, sh
 
 pytestmark = pytest.mark.skipif(
     ServiceProxyFault("service.latency").unavailable() is not None,
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.skipif(
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # connections kept alive, as a real server keeps them
+
     def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "5")
@@ -71,6 +74,59 @@ def test_latency_is_added_in_front_of_the_port_and_removed_on_revert(service: in
     body, took = _get(service)
     assert body == "hello" and took < 0.25
     fault.revert("f-lat-1", request)  # idempotent
+
+
+@contextlib.contextmanager
+def other_nat_rules(present: bool) -> Iterator[None]:
+    """Another NAT chain on the host (as Docker's are), or none: a connection opened
+    while one is there is never translated later, one opened without is cut by the first
+    redirect (so a fault that relied on either behaved differently from host to host)."""
+    name = f"{PREFIX}_other"
+    if present:
+        sh("nft", "add", "table", "ip", name)
+        sh("nft", "add", "chain", "ip", name, "out",
+           "{ type nat hook output priority -100 ; policy accept ; }")
+    try:
+        yield
+    finally:
+        if present:
+            sh("nft", "delete", "table", "ip", name)
+
+
+@pytest.mark.parametrize("other_nat", [False, True], ids=["no-other-nat", "other-nat"])
+def test_a_client_kept_alive_from_before_reconnects_through_the_proxy(
+        service: int, other_nat: bool) -> None:
+    """A connection opened before the fault (a prober or load balancer kept alive) does
+    not bypass the proxy, whether or not the host had other NAT rules when it was opened:
+    the fault resets the service's end of it (so its next request fails, once), and the
+    client's next connection gets the latency. The kernel's own socket table says none
+    is left open."""
+    kept = http.client.HTTPConnection("127.0.0.1", service, timeout=5)
+    with other_nat_rules(other_nat):
+        kept.request("GET", "/")
+        assert kept.getresponse().read() == b"hello"
+        _check_kept_alive(service, kept)
+
+
+def _check_kept_alive(service: int, kept: http.client.HTTPConnection) -> None:
+    fault = ServiceProxyFault("service.latency", prefix=PREFIX)
+    request = FaultRequest("service.latency", {"port": service}, {"delay_ms": 300})
+    details = fault.apply("f-kept-1", request)
+    try:
+        assert details["connections_reset"] >= 1 and details["connections_left"] == 0
+        with pytest.raises((OSError, http.client.HTTPException)):
+            kept.request("GET", "/")
+            kept.getresponse().read()
+        kept.close()
+        kept.request("GET", "/")  # http.client opens a new connection
+        started = time.monotonic()
+        assert kept.getresponse().read() == b"hello"
+        assert time.monotonic() - started >= 0.28
+        # a connection through the proxy stays whole across another fault's reset
+        assert _get(service)[0] == "hello"
+    finally:
+        kept.close()
+        fault.revert("f-kept-1", request)
 
 
 def test_timeout_stalls_requests_then_resets_them(service: int) -> None:

@@ -5,7 +5,13 @@ agent starts a :class:`gameday.node.tcprelay.Relay` to ``address:port`` and inst
 redirect of its own (nftables table or iptables ``nat`` chains named after the fault,
 :mod:`gameday.node.host.netrules`) that sends *new* TCP connections for that port
 through the relay; the relay's own upstream connections carry a socket mark the
-redirect skips. Connections opened before the fault are not touched.
+redirect skips. The connections open to the service when the redirect is installed are
+reset then (``ss -K``, the service's end of each: a client kept alive from before, local
+or not, reconnects through the proxy): without it, whether such a connection kept
+bypassing the proxy or was cut by the redirect depended on whether the host had any NAT
+rule when it was opened. A connection made through the proxy in the milliseconds between
+is reset too. Where the kernel cannot destroy sockets (no ``INET_DIAG_DESTROY``) the
+fault's details say how many were left open.
 
 - ``service.latency`` (``delay_ms``): each request waits that long in the proxy (the
   first chunk towards the service after an answer came back);
@@ -34,7 +40,7 @@ from gameday.kinds.service import (
     TimeoutParams,
 )
 from gameday.node.host.base import HostFault
-from gameday.node.host.netrules import RedirectSpec, all_mechanisms, mechanism, rule_name
+from gameday.node.host.netrules import RedirectSpec, all_mechanisms, mechanism, rule_name, run
 from gameday.node.phases import PhaseRunner, hold_phases
 from gameday.node.tcprelay import Impairment, Relay
 
@@ -122,14 +128,15 @@ class ServiceProxyFault:
             relay.stop()
             raise
         self._relays[fault_id] = relay
+        reset = _reset_open_connections(address, port)
         if duration is not None:
             self._runners[fault_id] = PhaseRunner(
                 f"{self.kind}-{fault_id}", hold_phases(duration), on=lambda: None,
                 off=lambda: relay.lift(fault_id)).start()
         log.info("service_proxy_started", kind=self.kind, service=f"{address}:{port}",
-                 proxy_port=relay.port, mechanism=mech.name)
+                 proxy_port=relay.port, mechanism=mech.name, **reset)
         return {"service": f"{address}:{port}", "proxy_port": relay.port,
-                "mechanism": mech.name, "rules": name}
+                "mechanism": mech.name, "rules": name, **reset}
 
     def revert(self, fault_id: str, request: FaultRequest) -> None:
         runner = self._runners.pop(fault_id, None)
@@ -151,6 +158,30 @@ class ServiceProxyFault:
 
     def inventory(self) -> dict[str, list[dict[str, Any]]]:
         return {}
+
+
+def _reset_open_connections(address: str, port: int) -> dict[str, Any]:
+    """Destroy the service's end of every connection open to ``address:port`` (``ss -K``),
+    then count what is still open: ``{"connections_reset", "connections_left"}``, and
+    ``"connections_note"`` when they could not be reset (no ``ss``, or a kernel without
+    socket destruction). The service's listening socket is not a connection, and is
+    left alone."""
+    ip = ipaddress.ip_address(address)
+    where = ["state", "established", f"( sport = :{port} )"]
+    if not ip.is_unspecified:
+        where += ["src", f"[{ip}]" if ip.version == 6 else str(ip)]
+    try:
+        killed = run(["ss", "-K", "-tnH", *where]).stdout.strip().splitlines()
+        left = run(["ss", "-tnH", *where]).stdout.strip().splitlines()
+    except FaultRejected as exc:
+        return {"connections_reset": 0, "connections_left": None,
+                "connections_note": f"open connections not reset: {exc}"}
+    found: dict[str, Any] = {"connections_reset": max(0, len(killed) - len(left)),
+                             "connections_left": len(left)}
+    if left:
+        found["connections_note"] = ("the kernel did not destroy them (ss -K needs "
+                                     "CONFIG_INET_DIAG_DESTROY): they may bypass the proxy")
+    return found
 
 
 def handlers(prefix: str = DEFAULT_PREFIX) -> list[HostFault]:

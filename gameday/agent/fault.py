@@ -10,7 +10,6 @@ answers) with the :mod:`json` encoder.
 import dataclasses
 import functools
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,22 +111,5 @@ def plain_details(details: object) -> dict[str, Any]:
     key that is not a string, an integer too long to write)."""
     if not details:
         return {}
-    if type(details) is dict and all(type(key) is str and _reads_back(item)
-                                     for key, item in details.items()):
-        return dict(details)  # what the round trip gives, five times sooner
     value = json.loads(_DETAILS_ENCODER.encode(details), parse_constant=str)
     return value if isinstance(value, dict) else {"value": value}
-
-
-def _reads_back(value: object) -> bool:
-    """Whether ``value`` is a JSON scalar that its round trip through JSON gives back
-    equal and of the same type: a string, a boolean, None, an integer within 64 bits,
-    a finite float (the types exactly: a subclass reads back as its base)."""
-    if type(value) is int:
-        return -_INT64 <= value < _INT64
-    if type(value) is float:
-        return math.isfinite(value)
-    return type(value) is str or type(value) is bool or value is None
-
-
-_INT64: Final = 1 << 63

@@ -128,7 +128,7 @@ class FaultInjector:
                 entries = [self.entry(request, client.url, fault, lease=lease, action=action)
                            for request, fault in zip(batch, faults, strict=True)]
                 if several:  # written once this wake-up's answers are read; fsync'd at the end
-                    self.ledger.record_applied_many(entries, sync=False, write=False)
+                    self.ledger.record_applied_many(entries, keep="held")
                 return list(entries)
 
             return Then(client.start_inject_many([  # copied there
@@ -274,7 +274,7 @@ class FaultInjector:
                 now = self.clock.now()
                 done = {fault_id: _reverted(fault, reason, now)
                         for fault_id, fault in result.done.items()}
-                self.ledger.record_reverted_many(list(done.values()), sync=False, write=False)
+                self.ledger.record_reverted_many(list(done.values()), keep="held")
                 return [done.get(entry.id) or result.failed.get(entry.id) or missing
                         for entry in batch]
 

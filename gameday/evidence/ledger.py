@@ -18,7 +18,7 @@ one ``reverted`` event; :func:`read_ledger` gives one record per fault either wa
 
 A fan-out records each agent's batch as its answer lands, and writes the lines of all
 the answers one wake-up read in one write before it sends another request, without
-waiting for the disk (``write=False``, then :meth:`Ledger.flush`: the lines are in the
+waiting for the disk (``keep="held"``, then :meth:`Ledger.flush`: the lines are in the
 file, so a killed orchestrator's cleanup finds them; killed before that write, cleanup
 resolves those requests' intents through their agents), then makes them all durable with
 one fsync when it ends; recording an entry the ledger already holds only does that
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from gameday import jsonbytes
 from gameday.wire.fault_record import FaultRecord, FaultRecordJSON
@@ -93,6 +93,12 @@ def agent_inverse(agent_url: str, fault_id: str) -> dict[str, str]:
 #: The fields that the faults of one ``applied`` event of a batch share, stated once.
 _SHARED: Final = ("kind", "node", "agent_url", "params", "injected_at", "lease_s", "action",
                   "via")
+#: How the lines of a record are kept: ``"synced"`` written and fsync'd before the call
+#: returns; ``"written"`` written, made durable by the next fsync (a later synced record,
+#: or :meth:`Ledger.close`); ``"held"`` kept back until the next write or
+#: :meth:`Ledger.flush` (a fan-out's batches, written once per wake-up).
+Keep = Literal["synced", "written", "held"]
+
 #: The fields each fault of it states in its ``faults`` list.
 _OWN: Final = ("id", "target", "applied_at", "expires_at", "details", "request_id")
 #: Its lease times, stated once too when every fault of it has the same (an agent times
@@ -194,7 +200,7 @@ class Ledger:
         self._lock = threading.Lock()
         self._host = socket.gethostname()
         self._unsynced = False  # lines written without fsync since the last one
-        #: lines not yet in the file: held until the next write (``write=False``), or
+        #: lines not yet in the file: held until the next write (``keep="held"``), or
         #: an unsynced write that failed
         self._unwritten: list[tuple[str, dict[str, Any]]] = []
         #: the file, open for appending from the first write until :meth:`close` (a
@@ -210,29 +216,29 @@ class Ledger:
         with self._lock:
             if self._file is not None:
                 try:
-                    self._append_many([], sync=True)
+                    self._append_many([], keep="synced")
                 finally:
                     self._file.close()
 
     def _append(self, event: str, payload: dict[str, Any]) -> None:
-        self._append_many([(event, payload)], sync=True)
+        self._append_many([(event, payload)], keep="synced")
 
     def flush(self) -> None:
-        """Write the lines held back (``write=False``) in one write, without fsync; one
+        """Write the lines held back (``keep="held"``) in one write, without fsync; one
         that fails is kept for the next write."""
         with self._lock:
-            self._append_many([], sync=False)
+            self._append_many([], keep="written")
 
-    def _append_many(self, events: list[tuple[str, dict[str, Any]]], *, sync: bool,
-                     write: bool = True) -> None:
-        """Under the lock: write events (and what an earlier write could not), fsync'd
-        if ``sync``; held back until the next write if not ``write``. A failed write is
-        kept for the next call (and raised if ``sync``)."""
+    def _append_many(self, events: list[tuple[str, dict[str, Any]]], *, keep: Keep) -> None:
+        """Under the lock: keep events as ``keep`` says, with what an earlier write could
+        not write or held back. A failed write is kept for the next call (and raised if
+        ``"synced"``)."""
         if self._file is None:
             return
-        if not write and not sync:
+        if keep == "held":
             self._unwritten.extend(events)
             return
+        sync = keep == "synced"
         pending, self._unwritten = self._unwritten + events, []
         if pending:
             try:
@@ -269,7 +275,7 @@ class Ledger:
                 events.append(("intent", {**dict(zip(_INTENT_SHARED, shared, strict=True)),
                                           "pid": os.getpid(), "host": self._host,
                                           "requests": [own]}))
-            self._append_many(events, sync=True)
+            self._append_many(events, keep="synced")
 
     def record_not_applied(self, refused: list[tuple[str, str]]) -> None:
         """Record requests ``(request_id, why)`` the agent answered without applying
@@ -279,7 +285,7 @@ class Ledger:
                       for request_id, why in refused
                       if self._intents.pop(request_id, None) is not None]
             if events:
-                self._append_many(events, sync=True)
+                self._append_many(events, keep="synced")
 
     def record_resolved(self, request_id: str, outcome: str, fault_id: str | None = None,
                         reverted_at: float | None = None) -> None:
@@ -308,10 +314,9 @@ class Ledger:
             self._append("applied", {**entry.to_json(), "pid": os.getpid(),
                                      "host": socket.gethostname()})
 
-    def record_applied_many(self, entries: list[FaultEntry], *, sync: bool = True,
-                            write: bool = True) -> None:
-        """Record many applied faults with one write and (``sync``) one fsync, or (not
-        ``write``) held back until the next write or :meth:`flush`; entries already
+    def record_applied_many(self, entries: list[FaultEntry], *,
+                            keep: Keep = "synced") -> None:
+        """Record many applied faults in one write, kept as ``keep`` says; entries already
         recorded are not written again."""
         with self._lock:
             new = [e for e in entries if e.id not in self._entries]
@@ -319,13 +324,12 @@ class Ledger:
             for entry in new:
                 self._entries[entry.id] = entry
             extra = {"pid": os.getpid(), "host": self._host}
-            self._append_many(applied_events(new, extra), sync=sync, write=write)
+            self._append_many(applied_events(new, extra), keep=keep)
 
     def record_reverted_many(self, reverted: list[tuple[str, float, str]], *,
-                             sync: bool = True, write: bool = True) -> None:
-        """Record many reverts ``(id, reverted_at, reason)`` with one write and (``sync``)
-        one fsync, or (not ``write``) held back until the next write or :meth:`flush`; a
-        fault already recorded as reverted is not written again."""
+                             keep: Keep = "synced") -> None:
+        """Record many reverts ``(id, reverted_at, reason)`` in one write, kept as
+        ``keep`` says; a fault already recorded as reverted is not written again."""
         with self._lock:
             by_reason: dict[str, list[dict[str, Any]]] = {}
             ends, entries = self._ends, self._entries
@@ -340,8 +344,7 @@ class Ledger:
                                                          "reverted_at": reverted_at})
             self._append_many([("reverted", {**faults[0], "reason": reason} if len(faults) == 1
                                 else {"reason": reason, "faults": faults})
-                               for reason, faults in by_reason.items()], sync=sync,
-                              write=write)
+                               for reason, faults in by_reason.items()], keep=keep)
 
     def record_renewed_many(self, renewed: list[tuple[str, float]]) -> None:
         """Record many renewals ``(id, expires_at)`` with one write and one fsync."""
@@ -354,7 +357,7 @@ class Ledger:
                                                   expires_at=expires_at)
                 events.append(("renewed", {"id": fault_id, "expires_at": expires_at}))
             if events:
-                self._append_many(events, sync=True)
+                self._append_many(events, keep="synced")
 
     def record_renewed(self, fault_id: str, expires_at: float) -> None:
         with self._lock:

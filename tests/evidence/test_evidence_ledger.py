@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gameday.evidence import ledger as ledgers
-from gameday.evidence.ledger import FaultEntry, Ledger, fault_events, read_ledger
+from gameday.evidence.ledger import FaultEntry, Keep, Ledger, fault_events, read_ledger
 
 
 def entry(n: int, **fields: Any) -> FaultEntry:
@@ -38,13 +38,13 @@ def test_batches_written_as_they_land_are_synced_once_and_never_twice(
     synced: list[int] = []
     fsync = os.fsync
     monkeypatch.setattr(ledgers.os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
-    ledger.record_applied_many([entry(0), entry(1)], sync=False)
-    ledger.record_applied_many([entry(2)], sync=False)
+    ledger.record_applied_many([entry(0), entry(1)], keep="written")
+    ledger.record_applied_many([entry(2)], keep="written")
     assert events(path) == [("applied", "f-0"), ("applied", "f-1"), ("applied", "f-2")]
     assert synced == []  # written (a killed orchestrator's cleanup reads them), not synced
     ledger.record_applied_many([entry(0), entry(1), entry(2)])  # the fan-out's end
     assert len(synced) == 1 and len(events(path)) == 3
-    ledger.record_reverted_many([("f-0", 2.0, "requested")], sync=False)
+    ledger.record_reverted_many([("f-0", 2.0, "requested")], keep="written")
     ledger.record_reverted_many([("f-0", 2.0, "requested"), ("f-1", 2.0, "requested"),
                                  ("f-2", 2.0, "requested")])
     assert len(synced) == 2
@@ -67,7 +67,7 @@ def test_an_unsynced_write_that_failed_is_written_by_the_next_call(
         return write(fd, data)
 
     monkeypatch.setattr(ledgers.os, "write", flaky_write)
-    ledger.record_applied_many([entry(0)], sync=False)  # not raised: the fan-out goes on
+    ledger.record_applied_many([entry(0)], keep="written")  # not raised: the fan-out goes on
     assert [e.id for e in ledger.active()] == ["f-0"]
     assert path.read_text() == ""
     with pytest.raises(OSError, match="No space left"):
@@ -141,7 +141,8 @@ def test_the_held_open_file_keeps_every_line_whole_beside_another_writer(
         theirs: list[int] = []
         for n, step in enumerate(steps):
             if step in ("batch", "unsynced"):
-                ledger.record_applied_many([entry(n), entry(n + 1000)], sync=step == "batch")
+                ledger.record_applied_many([entry(n), entry(n + 1000)],
+                                          keep="synced" if step == "batch" else "written")
                 mine += [f"f-{n}", f"f-{n + 1000}"]
             elif step == "revert" and ledger.active():
                 first = ledger.active()[0]
@@ -186,8 +187,7 @@ def test_the_view_in_memory_is_the_file_s_whatever_the_order_of_changes(
             ids = [f"f-{n}" for n in numbers]
             if step in ("apply", "apply_held"):
                 new = [entry(n) for n in dict.fromkeys(numbers)]
-                ledger.record_applied_many(new, sync=sync and step == "apply",
-                                           write=step == "apply")
+                ledger.record_applied_many(new, keep=keep(step == "apply", sync))
                 for e in new:
                     model.setdefault(e.id, {"expires_at": e.expires_at, "reverted_at": None,
                                             "revert_reason": None})
@@ -195,8 +195,7 @@ def test_the_view_in_memory_is_the_file_s_whatever_the_order_of_changes(
                 reason = f"why-{t}"
                 if step != "revert_one":
                     ledger.record_reverted_many([(i, float(t), reason) for i in ids],
-                                                sync=sync and step == "revert_many",
-                                                write=step == "revert_many")
+                                                keep=keep(step == "revert_many", sync))
                 else:
                     for i in ids:
                         ledger.record_reverted(i, float(t), reason)
@@ -227,6 +226,11 @@ def test_the_view_in_memory_is_the_file_s_whatever_the_order_of_changes(
                        "revert_reason": e.revert_reason} for e in ledger.entries()}
         assert seen == model
         assert on_file(path) == model
+
+
+def keep(written: bool, synced: bool) -> Keep:
+    """How a step keeps its lines: held back, or written (and synced, or not)."""
+    return "held" if not written else "synced" if synced else "written"
 
 
 def on_file(path: Path) -> dict[str, dict[str, Any]]:

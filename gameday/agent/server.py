@@ -858,7 +858,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             reply = agent.handle(_Request(self.command, path,
                                           parse_qs(query) if query else {}, body,
                                           prefers_minimal(self._fields.get("prefer")),
-                                          self._identity() or token
+                                          self._identity or token
                                           or str(self.client_address[0])))
         except _HTTPFailure as failure:
             self._record(path, token, body, failure.status)
@@ -872,13 +872,10 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         self._record(path, token, body, reply.status)
         self._send(reply.status, reply.body, reply.content_type, reply.headers)
 
+    @functools.cached_property
     def _identity(self) -> str | None:
         """The client certificate's identity (mutual TLS), else None: read once per
         connection (a handler serves one), whose certificate TLS 1.3 never changes."""
-        return self._peer_identity
-
-    @functools.cached_property
-    def _peer_identity(self) -> str | None:
         if isinstance(self.connection, ssl.SSLSocket):
             with contextlib.suppress(ValueError):
                 return peer_identity(self.connection.getpeercert())
@@ -893,7 +890,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         agent = self.server.agent
         if self.command == "GET" and path in _PUBLIC_PATHS:
             return
-        identity = self._identity()
+        identity = self._identity
         if agent.audit is not None:
             decoded: object = None
             size: int | None = len(body) if body is not None else None

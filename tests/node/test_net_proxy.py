@@ -98,34 +98,36 @@ def test_a_client_kept_alive_from_before_reconnects_through_the_proxy(
         service: int, other_nat: bool) -> None:
     """A connection opened before the fault (a prober or load balancer kept alive) does
     not bypass the proxy, whether or not the host had other NAT rules when it was opened:
-    the fault resets the service's end of it (so its next request fails, once), and the
-    client's next connection gets the latency. The kernel's own socket table says none
-    is left open."""
-    kept = http.client.HTTPConnection("127.0.0.1", service, timeout=5)
+    the fault resets the service's end of each of them (so each one's next request
+    fails, once), and each client's next connection gets the latency. The kernel's own
+    socket table says none is left open."""
+    clients = [http.client.HTTPConnection("127.0.0.1", service, timeout=5) for _ in range(3)]
     with other_nat_rules(other_nat):
-        kept.request("GET", "/")
-        assert kept.getresponse().read() == b"hello"
-        _check_kept_alive(service, kept)
+        for kept in clients:
+            kept.request("GET", "/")
+            assert kept.getresponse().read() == b"hello"
+        _check_kept_alive(service, clients)
 
 
-def _check_kept_alive(service: int, kept: http.client.HTTPConnection) -> None:
+def _check_kept_alive(service: int, clients: list[http.client.HTTPConnection]) -> None:
     fault = ServiceProxyFault("service.latency", prefix=PREFIX)
     request = FaultRequest("service.latency", {"port": service}, {"delay_ms": 300})
     details = fault.apply("f-kept-1", request)
     try:
-        assert details["connections_reset"] >= 1 and details["connections_left"] == 0
-        with pytest.raises((OSError, http.client.HTTPException)):
-            kept.request("GET", "/")
-            kept.getresponse().read()
-        kept.close()
-        kept.request("GET", "/")  # http.client opens a new connection
-        started = time.monotonic()
-        assert kept.getresponse().read() == b"hello"
-        assert time.monotonic() - started >= 0.28
-        # a connection through the proxy stays whole across another fault's reset
-        assert _get(service)[0] == "hello"
+        assert details["connections_reset"] == len(clients)
+        assert details["connections_left"] == 0
+        for kept in clients:
+            with pytest.raises((OSError, http.client.HTTPException)):
+                kept.request("GET", "/")
+                kept.getresponse().read()
+            kept.close()
+            kept.request("GET", "/")  # http.client opens a new connection
+            started = time.monotonic()
+            assert kept.getresponse().read() == b"hello"
+            assert time.monotonic() - started >= 0.28
     finally:
-        kept.close()
+        for kept in clients:
+            kept.close()
         fault.revert("f-kept-1", request)
 
 

@@ -16,10 +16,9 @@ takes what :func:`json.loads` takes and gives the same value, but for an integer
 does (no agent answer holds one).
 
 The text is JSON without blanks, keys in the order given, non-ASCII characters as UTF-8
-(not ``\\u`` escapes; but all of them escaped where the standard encoder wrote it), a
-non-string key as its string; it decodes, with :func:`json.loads`,
-to what ``json.dumps`` of the same value decodes to, except NaN and the infinities,
-which are not JSON and become ``null``.
+(as ``\\u`` escapes where the standard encoder wrote the text), a non-string key as
+its string; it decodes, with :func:`json.loads`, to what ``json.dumps`` of the same value
+decodes to, except NaN and the infinities, which are not JSON and become ``null``.
 """
 
 import json
@@ -50,4 +49,3 @@ def loads(text: bytes | str) -> object:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
-

@@ -25,6 +25,7 @@ Last line: ``halt: agents=128 gpus=1024 faults=1024 cli_s=… engage_s=… goal_
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -117,6 +118,7 @@ def main() -> None:
                 process.send_signal(signal.SIGTERM)
             for process in processes:
                 process.wait(60)
+            shutil.rmtree(agent_state, ignore_errors=True)  # in /dev/shm: outside ``tmp``
     gpus = args.agents * args.gpus
     print(f"gameday halt (subprocess): {', '.join(f'{s:.3f}' for s in cli_s)} s; in "
           f"process: {', '.join(f'{s:.3f}' for s in engage_s)} s (on {os.cpu_count()} CPUs; "

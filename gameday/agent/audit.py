@@ -31,7 +31,7 @@ import orjson
 from gameday.agent.redaction import redact
 from gameday.errors import GamedayError, InvalidInput
 
-__all__ = ["AuditTrail", "AuditUnavailable", "Phase", "redact"]
+__all__ = ["AuditTrail", "AuditUnavailable", "Phase", "redact", "shown_of"]
 
 #: What a record is of: a request before it is acted on, its outcome, a summary of a
 #: request without a valid token, or a fault's apply or revert about to happen.
@@ -122,25 +122,18 @@ class AuditTrail:
                                        f"({exc.strerror or exc}); nothing was done") from None
 
     def record(self, *, source: str, identity: str | None, token: str | None, method: str,
-               path: str, status: int | None, body: object = None,
+               path: str, status: int | None, shown: Mapping[str, Any] | None = None,
                phase: Phase = "outcome", size: int | None = None) -> None:
-        """Append one request's record (``body``: the decoded request, if any; only its
-        kind, target and params, redacted, are kept, or each fault's of a batch; none of
-        it for ``unauthenticated``, which keeps ``size`` instead), and a halt's reason."""
+        """Append one request's record: ``shown`` is what it keeps of the request's body
+        (:func:`shown_of`, made once for a request's ``intent`` and ``outcome``; none
+        for ``unauthenticated``, which keeps ``size`` instead), and a halt's reason."""
         entry: dict[str, Any] = {"time": time.time(), "phase": phase, "source": source,
                                  "identity": identity, "token": token, "method": method[:16],
                                  "path": path[:256], "status": status}
         if phase == "unauthenticated":
             entry["size"] = size
-        elif isinstance(body, Mapping):
-            if isinstance(body.get("faults"), list):
-                entry["faults"] = [_fault_fields(item) for item in body["faults"][:1024]]
-            else:
-                entry.update(_fault_fields(body))
-            if isinstance(body.get("ids"), list):
-                entry["ids"] = redact(body["ids"][:1024])
-            if isinstance(body.get("reason"), str):  # POST /v1/halt
-                entry["reason"] = redact(body["reason"][:300])
+        elif shown:
+            entry.update(shown)
         self.write(entry)
 
     def fault(self, phase: Literal["apply", "revert"], fault_id: str, kind: str,
@@ -162,6 +155,23 @@ class AuditTrail:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def shown_of(body: object) -> dict[str, Any]:
+    """What a request's records keep of its decoded ``body``: its kind, target, params and
+    lease, or each fault's of a batch, the ids it names and a halt's reason, redacted
+    (:func:`redact`); nothing of a body that is not an object."""
+    shown: dict[str, Any] = {}
+    if isinstance(body, Mapping):
+        if isinstance(body.get("faults"), list):
+            shown["faults"] = [_fault_fields(item) for item in body["faults"][:1024]]
+        else:
+            shown.update(_fault_fields(body))
+        if isinstance(body.get("ids"), list):
+            shown["ids"] = redact(body["ids"][:1024])
+        if isinstance(body.get("reason"), str):  # POST /v1/halt
+            shown["reason"] = redact(body["reason"][:300])
+    return shown
 
 
 def _fault_fields(item: object) -> dict[str, Any]:

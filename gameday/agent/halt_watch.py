@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from gameday.agent.audit import AuditTrail
+from gameday.agent.audit import AuditTrail, shown_of
 from gameday.agent.lever import Lever
 from gameday.contract.halt import CONFIGMAP, FleetLever, parse_fleet_lever
 from gameday.errors import AgentError
@@ -76,6 +76,6 @@ class FleetLeverWatch:
             try:
                 self.audit.record(source="kubernetes", identity=by, token=None,
                                   method="WATCH", path=f"/v1/halt ({what})", status=200,
-                                  body={"reason": reason} if reason else None)
+                                  shown=shown_of({"reason": reason}) if reason else None)
             except OSError as exc:
                 log.error("audit failed", error=str(exc))

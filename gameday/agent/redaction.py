@@ -25,10 +25,14 @@ __all__ = ["MAX_DEPTH", "REDACTED", "describe_target", "redact"]
 MAX_DEPTH: Final = 32
 #: Longest string kept on the open surface (a label value), in characters.
 _LABEL_CHARS: Final = 120
-#: The scalar types shown as they are (exactly these: a subclass takes the long way).
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+#: The scalars shown as they are (exactly these types: a subclass, and a float, which may
+#: not be finite, take the long way).
+_AS_THEY_ARE: Final = frozenset({str, int, bool, type(None)})
 #: Keys whose every value is redacted, whatever the value's own key says.
 _SECRET_VALUED: Final = frozenset({"env"})
+#: The deepest level at which a mapping shows its plain scalar items itself, without a
+#: call: their own level, one below, is still above the cut.
+_LAST_LEVEL: Final = MAX_DEPTH - 2
 
 
 def redact(value: Any) -> Any:
@@ -43,18 +47,25 @@ def redact(value: Any) -> Any:
 def _redact(value: Any, depth: int, *, under_secret: bool) -> Any:
     if depth >= MAX_DEPTH:
         return "[too deep]"
-    if type(value) in _SCALARS:  # exactly: the common case first, as the checks below
+    kind = type(value)
+    if kind in _AS_THEY_ARE:  # exactly: the common case first, as the checks below
+        return REDACTED if under_secret else value
+    if kind is float:
         return REDACTED if under_secret else _finite(value)
-    if isinstance(value, Mapping):
+    if kind is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in itertools.islice(value.items(), 1024):
-            name = str(key)
+            name = key if type(key) is str else str(key)
             if under_secret or names_secret(name):
                 out[name] = REDACTED
+            elif name in _SECRET_VALUED:
+                out[name] = _redact(item, depth + 1, under_secret=True)
+            elif type(item) in _AS_THEY_ARE and depth <= _LAST_LEVEL:
+                out[name] = item  # a plain scalar one level down: as it is, without a call
             else:
-                out[name] = _redact(item, depth + 1, under_secret=name in _SECRET_VALUED)
+                out[name] = _redact(item, depth + 1, under_secret=False)
         return out
-    if isinstance(value, list | tuple):
+    if kind is list or isinstance(value, list | tuple):
         return [_redact(item, depth + 1, under_secret=under_secret) for item in value[:1024]]
     if under_secret:
         return REDACTED

@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, unquote
 import structlog
 
 from gameday.agent import openapi
-from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase
+from gameday.agent.audit import AuditTrail, AuditUnavailable, Phase, shown_of
 from gameday.agent.audited import AuditedBackend
 from gameday.agent.framing import FramingError, RequestReader
 from gameday.agent.lever import Halted, Lever, halt_path, parse_engage
@@ -892,7 +892,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             return
         identity = self._identity
         if agent.audit is not None:
-            decoded: object = None
+            shown: dict[str, Any] | None = None
             size: int | None = len(body) if body is not None else None
             if token is None:
                 phase = "unauthenticated"
@@ -900,12 +900,11 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                     with contextlib.suppress(ValueError):
                         size = int(self._fields.get("content-length", "0").strip() or 0)
             elif body:
-                with contextlib.suppress(GamedayError):
-                    decoded = decode_body(body)
+                shown = self._shown_of(body)
             try:
                 agent.audit.record(source=str(self.client_address[0]), identity=identity,
                                    token=token, method=self.command, path=path,
-                                   status=status, body=decoded, phase=phase, size=size)
+                                   status=status, shown=shown, phase=phase, size=size)
             except AuditUnavailable as exc:
                 agent._log.error("agent.audit_failed", error=str(exc))
                 if strict:
@@ -913,6 +912,19 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         if status is not None and (self.command != "GET" or status >= 400):
             agent._log.info("agent.request", method=self.command, path=path, status=status,
                             client=self.client_address[0], identity=identity, token=token)
+
+    def _shown_of(self, body: bytes) -> dict[str, Any]:
+        """What the audit keeps of ``body`` (:func:`gameday.agent.audit.shown_of`, of it
+        decoded): made once for the request's ``intent`` and ``outcome`` records."""
+        if self._shown is None or self._shown[0] is not body:
+            decoded: object = None
+            with contextlib.suppress(GamedayError):
+                decoded = decode_body(body)
+            self._shown = (body, shown_of(decoded))
+        return self._shown[1]
+
+    #: The body :meth:`_shown_of` last read, and what the audit keeps of it.
+    _shown: tuple[bytes, dict[str, Any]] | None = None
 
     def _read_body(self, limit: int) -> bytes | None:
         """The request's body (None without one); :class:`_HTTPFailure` (413 over

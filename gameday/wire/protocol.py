@@ -8,6 +8,7 @@ with ``400``. See ``docs/agent-api.md`` for the contract.
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -75,6 +76,8 @@ _INJECT_FIELDS: Final = ("kind", "target", "params", "lease_s", "run", "request_
 _RESOLVE_FIELDS: Final = ("request_ids",)
 #: Longest request id (an idempotency key) the agent accepts.
 MAX_REQUEST_ID: Final = 128
+#: A request id: printable ASCII without the space, 1 to MAX_REQUEST_ID characters.
+_REQUEST_ID: Final = re.compile(f"[!-~]{{1,{MAX_REQUEST_ID}}}")
 _RENEW_FIELDS: Final = ("lease_s",)
 _BATCH_INJECT_FIELDS: Final = ("faults",)
 _BATCH_IDS_FIELDS: Final = ("ids",)
@@ -201,8 +204,7 @@ def parse_inject(body: object) -> tuple[FaultRequest, float]:
 
 def check_request_id(value: object, where: str) -> str:
     """A request id (idempotency key): 1..128 printable ASCII characters, no space."""
-    if (not isinstance(value, str) or not 1 <= len(value) <= MAX_REQUEST_ID
-            or not all("!" <= c <= "~" for c in value)):
+    if not isinstance(value, str) or not _REQUEST_ID.fullmatch(value):
         raise InvalidInput(f"{where} must be 1 to {MAX_REQUEST_ID} printable ASCII "
                            f"characters, got {_json_type(value)}")
     return value

@@ -33,6 +33,8 @@ intended and recorded with a :class:`gameday.engine.leases.FaultRoute` that rene
 reverts them (:meth:`FaultInjector.intend_external`, :meth:`FaultInjector.record_external`).
 """
 
+from __future__ import annotations  # closures made per agent batch: annotations not evaluated
+
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any

@@ -21,6 +21,8 @@ it sent needs, at a fraction of the bytes to encode, send and decode. An agent t
 ignores the preference answers whole faults, which hold those fields too.
 """
 
+from __future__ import annotations  # closures made per agent batch: annotations not evaluated
+
 import ssl
 import threading
 import time
@@ -132,7 +134,7 @@ class AgentClient:
     def __repr__(self) -> str:
         return f"AgentClient({self.url!r})"
 
-    def __enter__(self) -> "AgentClient":
+    def __enter__(self) -> AgentClient:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -213,7 +215,7 @@ class AgentClient:
         return self.start_inject_many(faults, minimal=minimal).result()
 
     def start_inject_many(self, faults: Sequence[Mapping[str, Any]], *, minimal: bool = False
-                          ) -> "Exchange[list[dict[str, Any]]]":
+                          ) -> Exchange[list[dict[str, Any]]]:
         """:meth:`inject_many`, sent: its answer is the exchange's :meth:`Exchange.result`."""
         _check_size(len(faults))
         body = {"faults": [_inject_item(f) for f in faults]}
@@ -242,7 +244,7 @@ class AgentClient:
         return self.start_revert_many(fault_ids, minimal=minimal).result()
 
     def start_revert_many(self, fault_ids: Sequence[str], *, minimal: bool = False
-                          ) -> "Exchange[BatchResult]":
+                          ) -> Exchange[BatchResult]:
         """:meth:`revert_many`, sent: its answer is the exchange's :meth:`Exchange.result`."""
         _check_size(len(fault_ids))
         return self._batch("/v1/faults:batch-revert", {"ids": list(fault_ids)}, minimal)
@@ -289,7 +291,7 @@ class AgentClient:
     # -- transport -------------------------------------------------------------------
 
     def _batch(self, path: str, body: dict[str, Any], minimal: bool
-               ) -> "Exchange[BatchResult]":
+               ) -> Exchange[BatchResult]:
         def decode(answer: Callable[[], dict[str, Any]]) -> BatchResult:
             got = answer()
             done, failed = got.get("faults"), got.get("failed")
@@ -315,7 +317,7 @@ class AgentClient:
 
     def _start(self, method: str, path: str, body: object,
                decode: Callable[[Callable[[], dict[str, Any]]], T], *,
-               minimal: bool = False) -> "Exchange[T]":
+               minimal: bool = False) -> Exchange[T]:
         """Send one request; ``decode`` turns the answer (a callable that returns the
         JSON object or raises the agent's error) into the exchange's result; ``minimal``:
         ask for a minimal answer."""

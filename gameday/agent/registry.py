@@ -209,6 +209,7 @@ class FaultRegistry:
         self._clock = clock
         self._state = StateFile(state_path)
         self._writer = StateWriter(self._state, node=node, on_done=self._state_written)
+        self._unawaited = 0  # the generation last saved without waiting for it
         self._history_size = history_size
         self._settle_timeout_s = settle_timeout_s
         self._cond = threading.Condition(threading.Lock())
@@ -282,7 +283,9 @@ class FaultRegistry:
         """Apply every ``(request, lease_s)`` of a batch, all or nothing, in order.
 
         The batch is saved once before the backend applies anything (``applying``) and
-        once after (``active``): two state writes for the batch, not two per fault. If
+        once after (``active``): two state writes for the batch, not two per fault. Only
+        the first is waited for: a restart reverts every saved fault in either state
+        (:meth:`_recover`), so the answer need not wait for the second. If
         an item is refused (unknown kind, bad lease, conflict with an active fault or an
         earlier item, the backend's refusal or failure), the items applied before it are
         reverted and :class:`BatchRejected` names it; :class:`AgentClosing` if the agent
@@ -351,7 +354,7 @@ class FaultRegistry:
             for entry, detail in zip(entries, details, strict=True):
                 entry.fault = entry.fault.as_applied(now, detail)
                 entry.state = "active"
-            self._save(strict=False)
+            self._save(strict=False, wait=False)
             self._cond.notify_all()
             closing = self._closed
         applied = [entry.fault for entry in entries]
@@ -866,11 +869,12 @@ class FaultRegistry:
         writes the file) and, with ``wait``, wait until they are on disk, at most
         :data:`STATE_WRITE_WAIT_S`, the lock released meanwhile, so that other requests
         and the reaper go on. ``strict`` raises a failed or timed-out write as
-        :class:`AgentError` (its caller reports it); otherwise it is logged and the next
-        change writes the file again."""
+        :class:`AgentError` (its caller reports it); otherwise it is logged (as it fails,
+        without ``wait``) and the next change writes the file again."""
         records = [{**e.fault.to_json(), "state": e.state} for e in self._live.values()]
         generation = self._writer.submit(records, self._clock.now())
         if not wait:
+            self._unawaited = generation  # its failure is logged by _state_written
             return
         deadline = time.monotonic() + STATE_WRITE_WAIT_S
         while (outcome := self._writer.outcome(generation)) is False:
@@ -886,10 +890,16 @@ class FaultRegistry:
             raise AgentError(f"{self._state.path}: cannot save agent state ({reason})")
         self._log.error("state.save_failed", path=str(self._state.path), error=reason)
 
-    def _state_written(self) -> None:
-        """The state writer finished a write: wake whoever waits for one."""
+    def _state_written(self, generation: int, error: OSError | None) -> None:
+        """The state writer finished a write: wake whoever waits for one, and log its
+        failure if nobody waits for it (the ``active`` save after an apply: a waiter
+        reports its own)."""
         with self._cond:
+            unawaited = generation == self._unawaited
             self._cond.notify_all()
+        if error is not None and unawaited:
+            self._log.error("state.save_failed", path=str(self._state.path),
+                            error=first_line(error))
 
 
 def _admit_all() -> None:

@@ -23,11 +23,13 @@ IDLE_S: Final = 1.0
 
 class StateWriter:
     """Writes ``state`` for node ``node``; ``on_done`` is called (without the writer's
-    lock) after each write, whether it succeeded or failed. Its thread starts with the
-    first :meth:`submit` and ends after :data:`IDLE_S` without one."""
+    lock) after each write with its generation and its error (None: it succeeded). Its
+    thread starts with the first :meth:`submit` and ends after :data:`IDLE_S` without
+    one."""
 
     def __init__(self, state: StateFile, *, node: str,
-                 on_done: Callable[[], None] = lambda: None) -> None:
+                 on_done: Callable[[int, OSError | None], None] = lambda generation, error: None
+                 ) -> None:
         self.state = state
         self._node = node
         self._on_done = on_done
@@ -90,14 +92,15 @@ class StateWriter:
                         return
                 generation, faults, saved_at = self._pending
                 self._pending = None
+            error: OSError | None = None
             try:
                 self.state.save(faults, node=self._node, saved_at=saved_at)
             except OSError as exc:
-                with self._cond:
-                    self._failed = (generation, exc)
-                    self._cond.notify_all()
-            else:
-                with self._cond:
+                error = exc
+            with self._cond:
+                if error is None:
                     self._written = generation
-                    self._cond.notify_all()
-            self._on_done()
+                else:
+                    self._failed = (generation, error)
+                self._cond.notify_all()
+            self._on_done(generation, error)

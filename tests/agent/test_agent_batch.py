@@ -31,6 +31,7 @@ from gameday.wire.protocol import (
     prefers_minimal,
 )
 from tests.agent.agent_marker import KIND, MarkerBackend
+from tests.agent.state_files import settled
 from tests.agent.test_agent_http import raw
 
 TOKEN = "batch-token-0123456789"
@@ -78,13 +79,15 @@ def client(agent: AgentServer) -> Iterator[AgentClient]:
 
 
 @pytest.fixture
-def saves(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many faults each state write held (one entry per fsync'd write)."""
+def saves(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> list[int]:
+    """How many faults each state write of this test's agent held (one entry per fsync'd
+    write; not another test's agent, whose writer may still be finishing)."""
     written: list[int] = []
     real: Callable[..., None] = StateFile.save
 
     def counting(self: StateFile, faults: Sequence[str], **kw: Any) -> None:
-        written.append(len(faults))
+        if self.path.is_relative_to(tmp_path):
+            written.append(len(faults))
         real(self, faults, **kw)
 
     monkeypatch.setattr(StateFile, "save", counting)
@@ -102,9 +105,10 @@ def test_a_batch_is_applied_with_one_write_and_reverted_with_one(
     faults = client.inject_many(items(*range(16)))
     assert [f["target"] for f in faults] == [{"gpu": g} for g in range(16)]
     assert backend.markers() == {f["id"] for f in faults}
-    assert saves == [16, 16]  # "applying", then "active": not two writes per fault
-    state = json.loads(agent.registry.state_path.read_text())
+    assert saves[0] == 16  # "applying", on disk before the answer; "active" as it goes out
+    state = json.loads(settled(agent.registry.state_path))
     assert {f["state"] for f in state["faults"]} == {"active"}
+    assert saves == [16, 16]  # not two writes per fault
     ids = [f["id"] for f in faults]
     first = client.revert_many(ids)
     assert set(first.done) == set(ids) and first.failed == {}

@@ -26,6 +26,7 @@ from gameday.lab.nodebackend import NodeBackend
 from gameday.node.host.backend import host_backend
 from gameday.node.processes import NO_ALLOWED_MATCH, process_state
 from gameday.wire.agent_client import AgentClient
+from tests.agent.state_files import settled
 from tests.node.net_support import netns_pair, sh
 
 TOKEN = "5e3a9c1b7d2f48e6a0c4b8d2f6e0a4c8b2d6f0e4a8c2b6d0f4e8a2c6b0d4f8e2"
@@ -45,7 +46,7 @@ def test_virtual_gpus_answer_what_an_inject_would_and_apply_nothing(
                      limits=limits, audit=AuditTrail(audit)) as server, \
             AgentClient(server.url, TOKEN) as client:
         held = client.inject("gpu.ecc", {"gpu": 0}, {"kind": "single_bit", "count": 1}, 30)
-        state_before = (tmp_path / "state.json").read_bytes()
+        state_before = settled(tmp_path / "state.json")
         gpus_before = backend.snapshot()
         results = client.check_many([
             _ecc(1),                                      # admissible

@@ -1,11 +1,14 @@
 """The agent's core (FaultRegistry) without HTTP: leases on a FakeClock, persistence on a
 real file, a real backend that creates and deletes marker files."""
 
+import errno
 import json
 import pathlib
 import threading
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gameday.agent.registry import (
     AgentClosing,
@@ -16,10 +19,13 @@ from gameday.agent.registry import (
     RevertFailed,
     UnknownFault,
 )
+from gameday.agent.state import StateFile
 from gameday.clock import FakeClock
 from gameday.contract.backend import FaultRequest
 from gameday.errors import AgentError, FaultRejected, InvalidInput
 from tests.agent.agent_marker import KIND, MarkerBackend
+from tests.agent.state_files import settled
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -64,6 +70,7 @@ def test_apply_records_fault_and_persists_it(registry: FaultRegistry, backend: M
     assert saved_ids(state_path) == [fault.id]
     assert registry.faults() == [fault] == [registry.get(fault.id)]
     assert registry.active_count() == 1
+    settled(state_path)  # its "active" record, written as the answer went out
     assert [p.name for p in state_path.parent.iterdir()] == ["agent.json"]  # no temp files
 
 
@@ -170,12 +177,19 @@ def test_renew_after_expiry_is_gone_even_before_the_reaper(
         registry.renew("f-unknown")
 
 
+@pytest.mark.parametrize("killed_with", ["active", "applying"])
 def test_restart_reverts_leftovers(backend: MarkerBackend, state_path: pathlib.Path,
-                                   clock: FakeClock) -> None:
+                                   clock: FakeClock, killed_with: str) -> None:
+    """Whether the agent was killed after its faults' ``active`` record or before it (the
+    answer does not wait for that write), a restart reverts them all."""
     first = FaultRegistry(backend, state_path=state_path, node="n1", clock=clock)
     a = first.apply(request(gpu=0), 600)
     b = first.apply(request(gpu=1), 600)
     assert backend.markers() == {a.id, b.id}
+    saved = json.loads(settled(state_path))  # the first's writer is done (kill -9 now)
+    for fault in saved["faults"]:
+        fault["state"] = killed_with
+    state_path.write_text(json.dumps(saved))
     clock.advance(3)
     # A new registry on the same file, as after kill -9: leftovers are reverted.
     second = FaultRegistry(backend, state_path=state_path, node="n1", clock=clock)
@@ -229,3 +243,34 @@ def test_fault_json_round_trip(registry: FaultRegistry) -> None:
     assert set(fault.to_json()) == {"id", "kind", "target", "params", "lease_s", "injected_at",
                                     "applied_at", "expires_at", "reverted_at",
                                     "revert_reason", "details"}
+
+
+def test_a_state_write_nobody_waits_for_is_logged_when_it_fails(
+        backend: MarkerBackend, state_path: pathlib.Path, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``active`` record after an apply is not waited for; when its write fails (a
+    stand-in: the state file's save raises ENOSPC at its third call, the first after the
+    apply), the failure is still logged, the fault stays applied and held, and the next
+    change writes the file whole again."""
+    real = StateFile.save
+    calls: list[int] = []
+
+    def full_at_third(self: StateFile, faults: Any, **kw: Any) -> None:
+        if self.path == state_path:  # (not another test's writer, still finishing)
+            calls.append(len(faults))
+            if len(calls) == 3:  # 1: the start's empty state; 2: "applying"; 3: "active"
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, faults, **kw)
+
+    monkeypatch.setattr(StateFile, "save", full_at_third)
+    with capture_logs() as logs:
+        registry = FaultRegistry(backend, state_path=state_path, node="n1", clock=clock)
+        fault = registry.apply(request(gpu=0), 30)
+        wait_until(lambda: len(calls) >= 3, 10, "the active record's write")
+        failed = wait_until(lambda: [e for e in logs if e["event"] == "state.save_failed"],
+                            10, "the failure logged")
+    assert len(failed) == 1 and "No space left on device" in failed[0]["error"]
+    assert backend.markers() == {fault.id} and registry.faults() == [fault]
+    assert [f["state"] for f in json.loads(state_path.read_text())["faults"]] == ["applying"]
+    registry.revert(fault.id)  # the next write, waited for, carries the whole state
+    assert saved_ids(state_path) == [] and backend.markers() == set()

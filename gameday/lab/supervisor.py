@@ -82,6 +82,8 @@ class Supervisor:
         self.layout = LabLayout.plan(paths.root, shape)
         self.children: list[Child] = []
         self.ready_at: float | None = None
+        #: What the start-up waited for, and from when (seconds after ``started_at``).
+        self.startup: list[dict[str, Any]] = []
         self.store = store_mount(paths)  # DIR/store on the fault filesystem
 
     # -- preparation ------------------------------------------------------------------
@@ -163,6 +165,7 @@ class Supervisor:
                     raise StartupFailed(f"{child.name} exited with code {code} while starting",
                                         self.paths.log(child.name))
             waiting = self._not_ready() or ""
+            self._note_startup(waiting.partition(" (")[0] or None)
             if not waiting:
                 return
             if self.stop.is_set():
@@ -171,6 +174,13 @@ class Supervisor:
                 raise StartupFailed(f"not ready within {timeout_s:g}s: waiting for {waiting}",
                                     self._log_of(waiting))
             self.stop.wait(0.1)
+
+    def _note_startup(self, waiting_for: str | None) -> None:
+        """Keep when the start-up began to wait for ``waiting_for`` (None: nothing more,
+        ready), once per change: ``lab.json``'s ``startup``, where its time goes."""
+        if not self.startup or self.startup[-1]["waiting_for"] != waiting_for:
+            self.startup.append({"at_s": round(self.clock.now() - self.started_at, 3),
+                                 "waiting_for": waiting_for})
 
     def _log_of(self, waiting: str) -> Path | None:
         for child in self.children:
@@ -193,9 +203,10 @@ class Supervisor:
             return f"router to answer /predict ({body.get('error', status)})"
         health = prometheus.targets_health(self.layout.prometheus_url)
         expected = prometheus.expected_targets(self.layout)
-        if health is None or not health.all_up(expected):
-            shown = health.to_json() if health else "no answer"
-            return f"prometheus to scrape all {expected} targets ({shown})"
+        if health is None or health.total == 0:  # its discovery not yet applied
+            return f"prometheus to list its targets ({'no answer' if health is None else 0})"
+        if not health.all_up(expected):
+            return f"prometheus to scrape all {expected} targets ({health.to_json()})"
         return None
 
     # -- lab.json ---------------------------------------------------------------------
@@ -220,6 +231,7 @@ class Supervisor:
             "pgid": os.getpgid(0),
             "started_at": self.started_at,
             "ready_at": self.ready_at,
+            "startup": self.startup,
             "shape": self.shape.to_json(),
             "token_file": str(self.paths.token),
             "service_url": layout.router_url,

@@ -26,7 +26,7 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.lab
 
 LAB_JSON_KEYS = {"version", "dir", "status", "supervisor_pid", "pgid", "started_at",
-                 "ready_at", "shape", "token_file", "service_url", "prometheus_url",
+                 "ready_at", "startup", "shape", "token_file", "service_url", "prometheus_url",
                  "controller_url", "placement_url", "trainer_url", "nodes", "processes"}
 
 
@@ -66,6 +66,11 @@ def test_lab_json_follows_the_contract(lab_dir: Path) -> None:
         "controller", "node", "node", "prometheus", "router", "storage", "supervisor",
         "trainer"]
     assert info["started_at"] < info["ready_at"]
+    steps = info["startup"]  # what it waited for, in order, ending ready when it was
+    assert [s["at_s"] for s in steps] == sorted(s["at_s"] for s in steps)
+    assert steps[-1]["waiting_for"] is None and all(s["waiting_for"] for s in steps[:-1])
+    assert abs(steps[-1]["at_s"] - (info["ready_at"] - info["started_at"])) < 0.5
+    assert any(s["waiting_for"].startswith("prometheus to ") for s in steps[:-1])
     token = Path(info["token_file"])
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
 

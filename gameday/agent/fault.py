@@ -7,6 +7,7 @@ Its JSON is :meth:`Fault.to_json`, encoded by whoever writes it (the state file,
 answers) with the :mod:`json` encoder.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -51,20 +52,14 @@ class Fault(FaultRecord):
         once applied, how far this one fault reached says so with a string
         ``details["injected_at"]``, which then replaces the kind's layer."""
         layer = details.get("injected_at")
-        return Fault(id=self.id, kind=self.kind, target=self.target, params=self.params,
-                     lease_s=self.lease_s,
-                     injected_at=layer if isinstance(layer, str) and layer
-                     else self.injected_at,
-                     applied_at=now, expires_at=now + self.lease_s,
-                     reverted_at=self.reverted_at, revert_reason=self.revert_reason,
-                     details=details)
+        return dataclasses.replace(self, applied_at=now, expires_at=now + self.lease_s,
+                                   details=details,
+                                   injected_at=layer if isinstance(layer, str) and layer
+                                   else self.injected_at)
 
     def as_reverted(self, now: float, reason: RevertReason) -> "Fault":
         """The fault once reverted at ``now`` for ``reason``."""
-        return Fault(id=self.id, kind=self.kind, target=self.target, params=self.params,
-                     lease_s=self.lease_s, injected_at=self.injected_at,
-                     applied_at=self.applied_at, expires_at=self.expires_at,
-                     reverted_at=now, revert_reason=reason, details=self.details)
+        return dataclasses.replace(self, reverted_at=now, revert_reason=reason)
 
     def minimal(self, outcome: Outcome) -> dict[str, Any]:
         """What a minimal answer (``Prefer: return=minimal``) shows of the fault after

@@ -7,6 +7,7 @@ it with a ``stat`` per request (:class:`GpuStateWatcher`), re-reading only when 
 was replaced, and picks its GPU's entry. A :class:`GpuState` is immutable.
 """
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -82,7 +83,7 @@ class GpuState:
         is no field."""
         if not changes.keys() <= GPU_FIELDS:
             raise TypeError(f"GpuState has no field {min(changes.keys() - GPU_FIELDS)!r}")
-        return GpuState(**{**vars(self), **changes})  # as dataclasses.replace, 40% sooner
+        return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         """Every field by name (plain values: no deep copy, as ``asdict`` makes, needed)."""

@@ -844,6 +844,7 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         token: str | None = None
         body: bytes | None = None
+        shown: dict[str, Any] | None = None  # what the audit keeps of the body
         try:
             if path not in _PUBLIC_PATHS:
                 token = agent.authorized(self._fields.get("authorization"))
@@ -853,23 +854,24 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             body = self._read_body(MAX_BATCH_BODY_BYTES if path in _BATCH_PATHS
                                    else MAX_BODY_BYTES)
             self._end_deadline()
+            shown = self._shown(token, body)
             if self.command != "GET":
-                self._record(path, token, body, None, phase="intent", strict=True)
+                self._record(path, token, body, shown, None, phase="intent", strict=True)
             reply = agent.handle(_Request(self.command, path,
                                           parse_qs(query) if query else {}, body,
                                           prefers_minimal(self._fields.get("prefer")),
                                           self._identity or token
                                           or str(self.client_address[0])))
         except _HTTPFailure as failure:
-            self._record(path, token, body, failure.status)
+            self._record(path, token, body, shown, failure.status)
             self._send_failure(failure)
             return
         except Exception as exc:
             agent._log.exception("agent.request_failed", method=self.command, path=path)
-            self._record(path, token, body, 500)
+            self._record(path, token, body, shown, 500)
             self._send_failure(_HTTPFailure(500, f"internal error: {type(exc).__name__}"))
             return
-        self._record(path, token, body, reply.status)
+        self._record(path, token, body, shown, reply.status)
         self._send(reply.status, reply.body, reply.content_type, reply.headers)
 
     @functools.cached_property
@@ -881,26 +883,25 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
                 return peer_identity(self.connection.getpeercert())
         return None
 
-    def _record(self, path: str, token: str | None, body: bytes | None, status: int | None,
-                *, phase: Phase = "outcome", strict: bool = False) -> None:
+    def _record(self, path: str, token: str | None, body: bytes | None,
+                shown: dict[str, Any] | None, status: int | None, *,
+                phase: Phase = "outcome", strict: bool = False) -> None:
         """The request in the audit trail (but a public GET: probes) and, when it changed
-        something or was refused, in the log at INFO. Without a valid token only a
-        summary is kept (method, path, size, source). ``strict``: raise
+        something or was refused, in the log at INFO: ``shown`` is what the trail keeps of
+        its body (:meth:`_shown`). Without a valid token only a summary is kept (method,
+        path, size, source). ``strict``: raise
         :class:`_HTTPFailure` (``503``) when the record cannot be written."""
         agent = self.server.agent
         if self.command == "GET" and path in _PUBLIC_PATHS:
             return
         identity = self._identity
         if agent.audit is not None:
-            shown: dict[str, Any] | None = None
             size: int | None = len(body) if body is not None else None
             if token is None:
                 phase = "unauthenticated"
                 if size is None:
                     with contextlib.suppress(ValueError):
                         size = int(self._fields.get("content-length", "0").strip() or 0)
-            elif body:
-                shown = self._shown_of(body)
             try:
                 agent.audit.record(source=str(self.client_address[0]), identity=identity,
                                    token=token, method=self.command, path=path,
@@ -913,18 +914,17 @@ class _AgentRequestHandler(BaseHTTPRequestHandler):
             agent._log.info("agent.request", method=self.command, path=path, status=status,
                             client=self.client_address[0], identity=identity, token=token)
 
-    def _shown_of(self, body: bytes) -> dict[str, Any]:
-        """What the audit keeps of ``body`` (:func:`gameday.agent.audit.shown_of`, of it
-        decoded): made once for the request's ``intent`` and ``outcome`` records."""
-        if self._shown is None or self._shown[0] is not body:
-            decoded: object = None
-            with contextlib.suppress(GamedayError):
-                decoded = decode_body(body)
-            self._shown = (body, shown_of(decoded))
-        return self._shown[1]
-
-    #: The body :meth:`_shown_of` last read, and what the audit keeps of it.
-    _shown: tuple[bytes, dict[str, Any]] | None = None
+    def _shown(self, token: str | None, body: bytes | None) -> dict[str, Any] | None:
+        """What the audit trail keeps of an authenticated request's ``body``
+        (:func:`gameday.agent.audit.shown_of`, of it decoded), made once for both its
+        ``intent`` and ``outcome`` records; None without a trail, a valid token or a
+        body (a request without a valid token leaves no part of its body)."""
+        if self.server.agent.audit is None or token is None or not body:
+            return None
+        try:
+            return shown_of(decode_body(body))
+        except GamedayError:
+            return {}
 
     def _read_body(self, limit: int) -> bytes | None:
         """The request's body (None without one); :class:`_HTTPFailure` (413 over

@@ -1,17 +1,21 @@
 """The agent as a real process (``python -m gameday.agent.serve`` with the marker backend):
 kill -9 and restart, SIGTERM, and the CLI's one-line errors."""
 
+import contextlib
 import json
 import pathlib
+import random
 import resource
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from gameday.agent.serve import load_backend, parse_listen
-from gameday.errors import InvalidInput
+from gameday.errors import AgentError, InvalidInput
 from gameday.wire.agent_client import AgentClient
 from tests.agent.agent_marker import (
     KIND,
@@ -176,3 +180,52 @@ def test_backend_names_resolve_to_specs(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(serve.BACKENDS, "dict", "builtins:dict")
     with pytest.raises(InvalidInput, match="returned dict, not a backend"):
         load_backend("dict", "n")
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_kill_9_at_any_moment_of_a_batch_leaves_nothing_after_restart(
+        dirs: dict[str, pathlib.Path], trial: int) -> None:
+    """Whenever the agent is killed during or after a batch inject, a restart leaves no
+    fault applied. The kill's moment is drawn (seeded by trial) from 0 to 12 ms after the
+    batch is sent (this machine applies a batch of 8 in a few), or (trial 0) is the
+    instant its answer arrives; the trials kill before anything is saved, in the middle
+    of the apply, after it but before the batch's ``active`` state record (which the
+    answer does not wait for), and after that. Checked on the markers themselves (the
+    files the backend makes) and on the state file."""
+    env = agent_env(dirs["markers"])
+    batch = [{"kind": KIND, "target": {"gpu": gpu}, "params": {}, "lease_s": 3600}
+             for gpu in range(8)]
+    first = run_agent(agent_args(dirs), env, dirs["stderr"])
+    try:
+        url = read_url(first)
+        if trial == 0:
+            with AgentClient(url, TOKEN) as client:
+                client.inject_many(batch)
+            first.send_signal(signal.SIGKILL)
+        else:
+            sender = threading.Thread(target=_inject_quietly, args=(url, batch), daemon=True)
+            sender.start()
+            time.sleep(random.Random(trial).uniform(0.0, 0.012))
+            first.send_signal(signal.SIGKILL)
+            sender.join(timeout=10)
+        first.wait(timeout=10)
+    finally:
+        kill(first)
+    second = run_agent(agent_args(dirs), env, dirs["stderr"])
+    try:
+        url = read_url(second)
+        assert markers(dirs) == set()  # reverted before the agent listened
+        state = json.loads((dirs["state"] / "agent-proc-node.json").read_text())
+        assert state["faults"] == []
+        with AgentClient(url, TOKEN) as client:
+            assert client.faults() == []
+    finally:
+        second.terminate()
+        kill(second)
+
+
+def _inject_quietly(url: str, batch: list[dict[str, object]]) -> None:
+    """Send ``batch``; the agent may be killed before it answers."""
+    with contextlib.suppress(AgentError, OSError), AgentClient(url, TOKEN,
+                                                               timeout_s=5) as client:
+        client.inject_many(batch)
